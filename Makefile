@@ -1,0 +1,75 @@
+# Every target sets up what it needs and is safe to run again.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CLI    := $(VENV)/bin/pipelines
+STAMP  := $(VENV)/.installed
+JOB    ?= passthrough
+RECORDS ?= 2000
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
+        enrichment-up enrichment-down demo run test test-unit test-integration bench lint clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## create the virtualenv and install the project (python 3.11)
+
+jars: venv ## fetch pinned jars with mvn, check sha256, build jars/src
+	$(CLI) jars
+
+kafka-up: venv ## start the local single-node Kafka broker (KRaft, from Maven jars)
+	$(CLI) kafka up
+
+kafka-down: venv ## stop the local broker
+	$(CLI) kafka down
+
+kafka-status: venv
+	$(CLI) kafka status
+
+cluster-up: venv jars ## start the local standalone Flink cluster (from the PyFlink wheel)
+	$(CLI) cluster up
+
+cluster-down: venv ## stop the local standalone Flink cluster
+	$(CLI) cluster down
+
+cluster-status: venv
+	$(CLI) cluster status
+
+enrichment-up: venv ## start the demo enrichment HTTP service
+	$(CLI) enrichment up
+
+enrichment-down: venv
+	$(CLI) enrichment down
+
+demo: venv kafka-up ## create the job's topics and produce $(RECORDS) demo records
+	$(CLI) demo $(JOB) --records $(RECORDS)
+
+run: venv jars kafka-up demo ## set everything up and run the main job on demo data (Ctrl-C stops)
+	$(CLI) run $(JOB)
+
+test: venv jars kafka-up ## set everything up and run the whole test suite
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: venv ## unit tests only (no broker, no cluster)
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+test-integration: venv jars kafka-up ## integration tests only
+	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
+
+bench: venv jars kafka-up ## enrichment benchmark: table, JSON and PNG under bench/results
+	$(PY) -m pipelines.devtools.bench
+
+clean: ## stop local services and remove local state (.local, jars/lib)
+	-$(CLI) cluster down
+	-$(CLI) enrichment down
+	-$(CLI) kafka down
+	rm -rf .local jars/lib jars/build

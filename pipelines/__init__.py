@@ -1,0 +1,1 @@
+"""PyFlink pipeline template: Kafka -> slow async enrichment -> Kafka, exactly once."""

@@ -1,0 +1,195 @@
+"""`pipelines ...`: the one entry point for running, submitting, checking and local infra."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from pipelines.runner import Failure, guarded, job_arguments, load_job, prepare, run_local
+from pipelines.settings import effective_view, load_settings
+
+
+def _job_parser(sub, name: str, help_text: str) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text)
+    parser.add_argument("job", help="job name: a module in pipelines/jobs and conf/base/<job>.yaml")
+    return job_arguments(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pipelines", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _job_parser(sub, "run", "run a job on a local Flink mini-cluster, with progress")
+    submit = _job_parser(sub, "submit", "submit a job with `flink run` to the local standalone cluster")
+    submit.add_argument("--detached", action="store_true", help="return once submitted")
+    _job_parser(sub, "doctor", "validate the config and run the broker-aware preflight checks")
+
+    config = sub.add_parser("config", help="inspect job configuration")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    _job_parser(config_sub, "show", "print the effective config, secrets masked, with sources")
+
+    demo = _job_parser(sub, "demo", "create the job's topics and produce demo records")
+    demo.add_argument("--records", type=int, default=1000)
+    demo.add_argument("--bad-every", type=int, default=100,
+                      help="every Nth record is malformed (0: none)")
+    demo.add_argument("--partitions", type=int, default=3)
+
+    kafka = sub.add_parser("kafka", help="the local jar-run Kafka broker")
+    kafka.add_argument("action", choices=["up", "down", "status"])
+    kafka.add_argument("--transaction-max-timeout-ms", type=int,
+                       help="broker transaction.max.timeout.ms (default: Kafka's 900000)")
+
+    cluster = sub.add_parser("cluster", help="the local standalone Flink cluster")
+    cluster.add_argument("action", choices=["up", "down", "status"])
+
+    sub.add_parser("jars", help="fetch pinned jars with mvn, verify sha256, build jars/src")
+
+    offsets = sub.add_parser("offsets", help="a consumer group's committed offsets and lag")
+    offsets.add_argument("--group", required=True)
+    offsets.add_argument("--topic", action="append", default=[])
+    offsets.add_argument("--bootstrap", default=None, help="default: the local broker")
+    offsets.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
+    offsets.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = HANDLERS[args.command]
+    code = guarded(lambda: handler(args))
+    sys.stdout.flush()
+    return code
+
+
+def _run(args) -> int:
+    load_job(args.job)
+    result = run_local(args.job, args)
+    return 0 if result.status in ("FINISHED", "CANCELED") else 1
+
+
+def _submit(args) -> int:
+    from pipelines import jars
+    from pipelines.devtools.flink_cluster import Cluster
+
+    prepare(args.job, args)
+    cluster = Cluster()
+    if not cluster.overview():
+        raise Failure(f"no Flink cluster answers at {cluster.url}: start one with `make cluster-up`")
+    forwarded = _forwarded_job_args(args) + ["--skip-preflight"]
+    proc = cluster.flink_run(f"pipelines.jobs.{args.job}", forwarded, jars.resolve(),
+                             detached=args.detached)
+    sys.stdout.write(proc.stdout)
+    if proc.returncode != 0:
+        tail = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()][-5:]
+        raise Failure(f"flink run failed (exit {proc.returncode}): " + " | ".join(tail))
+    return 0
+
+
+def _forwarded_job_args(args) -> list[str]:
+    out = []
+    if args.env:
+        out += ["--env", args.env]
+    if args.conf_dir:
+        out += ["--conf-dir", args.conf_dir]
+    for item in args.overrides:
+        out += ["--set", item]
+    if getattr(args, "from_checkpoint", None):
+        out += ["--from-checkpoint", args.from_checkpoint]
+    return out
+
+
+def _doctor(args) -> int:
+    from pipelines.jars import resolve
+
+    args.skip_preflight = False
+    args.from_checkpoint = None
+    prepare(args.job, args)
+    resolve()
+    print(f"{args.job}: config valid, preflight passed, jars present")
+    return 0
+
+
+def _config(args) -> int:
+    loaded = load_settings(args.job, env=args.env, overrides=args.overrides, conf_dir=args.conf_dir)
+    rows = effective_view(loaded)
+    width = max(len(k) for k, _, _ in rows)
+    vwidth = min(max(len(v) for _, v, _ in rows), 60)
+    for key, value, source in rows:
+        print(f"{key:<{width}}  {value:<{vwidth}}  # {source}")
+    return 0
+
+
+def _demo(args) -> int:
+    from pipelines.devtools.demo import prepare_demo
+
+    loaded = load_settings(args.job, env=args.env, overrides=args.overrides, conf_dir=args.conf_dir)
+    prepare_demo(loaded.settings, records=args.records, bad_every=args.bad_every,
+                 partitions=args.partitions)
+    return 0
+
+
+def _kafka(args) -> int:
+    from pipelines.devtools.kafka_broker import Broker, BrokerError
+
+    broker = Broker(transaction_max_timeout_ms=args.transaction_max_timeout_ms)
+    try:
+        if args.action == "up":
+            broker.up()
+        elif args.action == "down":
+            broker.down()
+        else:
+            print(broker.status())
+    except BrokerError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
+def _cluster(args) -> int:
+    from pipelines.devtools.flink_cluster import Cluster, ClusterError
+
+    cluster = Cluster()
+    try:
+        {"up": cluster.up, "down": cluster.down,
+         "status": lambda: print(cluster.status())}[args.action]()
+    except ClusterError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
+def _jars(args) -> int:
+    from pipelines.jars import fetch
+
+    fetch()
+    return 0
+
+
+def _offsets(args) -> int:
+    from pipelines.offsets import OffsetWatcher
+
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from pipelines.devtools.kafka_broker import Broker
+
+        bootstrap = Broker().bootstrap
+    watcher = OffsetWatcher(bootstrap, args.group, args.topic)
+    while True:
+        rows = watcher.poll()
+        if args.json:
+            print(json.dumps([r.as_dict() for r in rows]), flush=True)
+        else:
+            print(watcher.table(rows), flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+
+
+HANDLERS = {
+    "run": _run, "submit": _submit, "doctor": _doctor, "config": _config, "demo": _demo,
+    "kafka": _kafka, "cluster": _cluster, "jars": _jars, "offsets": _offsets,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""A local standalone Flink cluster, started from the PyFlink wheel's own distribution.
+
+The wheel ships `bin/start-cluster.sh` and a `conf/`; we copy the conf into a project-owned
+directory (never edit site-packages), point FLINK_CONF_DIR at it, and put the venv's `bin`
+first on PATH so the cluster's Python workers run the project's interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from pipelines.settings import PROJECT_ROOT
+
+STATE_DIR = Path(os.environ.get("PIPELINES_FLINK_DIR", PROJECT_ROOT / ".local" / "flink"))
+DEFAULT_REST_PORT = int(os.environ.get("PIPELINES_FLINK_REST_PORT", "8081"))
+
+
+class ClusterError(Exception):
+    """The cluster could not be started or reached; the message says why."""
+
+
+def flink_home() -> Path:
+    import pyflink
+
+    return Path(pyflink.__file__).parent
+
+
+def _set(tree: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[leaf] = value
+
+
+@dataclass(frozen=True)
+class Cluster:
+    state_dir: Path = STATE_DIR
+    rest_port: int = DEFAULT_REST_PORT
+    slots: int = int(os.environ.get("PIPELINES_FLINK_SLOTS", "2"))
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.state_dir / "conf"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.state_dir / "lib"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    def environ(self) -> dict[str, str]:
+        venv_bin = str(Path(sys.executable).parent)
+        env = dict(os.environ)
+        env.update({
+            "FLINK_CONF_DIR": str(self.conf_dir),
+            "FLINK_LOG_DIR": str(self.log_dir),
+            "FLINK_LIB_DIR": str(self.lib_dir),
+            "PATH": f"{venv_bin}:{env.get('PATH', '')}",
+        })
+        return env
+
+    def write_lib(self) -> None:
+        """lib/ of the wheel plus opt/flink-python: without it the JobManager cannot load
+        the Python operators (ClassNotFoundException: ExternalPythonProcessOperator)."""
+        shutil.rmtree(self.lib_dir, ignore_errors=True)
+        self.lib_dir.mkdir(parents=True)
+        home = flink_home()
+        for jar in [*(home / "lib").glob("*.jar"), *(home / "opt").glob("flink-python-*.jar")]:
+            (self.lib_dir / jar.name).symlink_to(jar)
+
+    def write_conf(self) -> None:
+        self.write_lib()
+        shutil.copytree(flink_home() / "conf", self.conf_dir, dirs_exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.conf_dir / "config.yaml"
+        tree = yaml.safe_load((flink_home() / "conf" / "config.yaml").read_text()) or {}
+        for key, value in {
+            "rest.port": self.rest_port,
+            "rest.address": "127.0.0.1",
+            "rest.bind-address": "127.0.0.1",
+            "jobmanager.rpc.address": "localhost",
+            "jobmanager.memory.process.size": "1200m",
+            "taskmanager.numberOfTaskSlots": self.slots,
+            "taskmanager.memory.process.size": "2560m",
+            "python.executable": sys.executable,
+            "python.client.executable": sys.executable,
+        }.items():
+            _set(tree, key, value)
+        path.write_text(yaml.safe_dump(tree, sort_keys=False))
+
+    def overview(self, timeout: float = 2.0) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/overview", timeout=timeout) as resp:
+                return json.load(resp)
+        except Exception:  # noqa: BLE001 - not up (yet)
+            return None
+
+    def up(self, log=print, wait_s: float = 90.0) -> None:
+        info = self.overview()
+        if info and info.get("taskmanagers", 0) >= 1:
+            log(f"flink    running at {self.url} ({info['slots-total']} slots)")
+            return
+        self.write_conf()
+        result = subprocess.run([str(flink_home() / "bin" / "start-cluster.sh")],
+                                env=self.environ(), capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"start-cluster.sh failed: {result.stderr.strip()[-500:]}")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            info = self.overview()
+            if info and info.get("taskmanagers", 0) >= 1:
+                log(f"flink    started at {self.url} ({info['slots-total']} slots, logs {self.log_dir})")
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"the cluster did not report a TaskManager within {wait_s:.0f}s; "
+                           f"see {self.log_dir}:\n{self.log_tail()}")
+
+    def down(self, log=print) -> None:
+        if not self.conf_dir.is_dir():
+            log("flink    not running")
+            return
+        subprocess.run([str(flink_home() / "bin" / "stop-cluster.sh")], env=self.environ(),
+                       capture_output=True, text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.overview(0.5):
+            time.sleep(0.5)
+        log("flink    stopped")
+
+    def status(self) -> str:
+        info = self.overview()
+        if not info:
+            return f"flink    not running (expected at {self.url})"
+        return (f"flink    running at {self.url}: {info['taskmanagers']} taskmanager(s), "
+                f"{info['slots-available']}/{info['slots-total']} slots free, "
+                f"{info['jobs-running']} job(s) running")
+
+    def taskmanager_pids(self) -> list[int]:
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmd = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"TaskManagerRunner" in cmd and str(self.conf_dir).encode() in cmd:
+                pids.append(int(proc.name))
+        return pids
+
+    def log_tail(self, lines: int = 20) -> str:
+        logs = sorted(self.log_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+        if not logs:
+            return "(no log written)"
+        return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
+
+    def flink_run(self, module: str, job_args: list[str], jar_paths: list[Path],
+                  detached: bool = False, parallelism: int | None = None,
+                  py_files: list[Path] | None = None,
+                  extra: list[str] | None = None) -> subprocess.CompletedProcess:
+        """`flink run` a Python job module against this cluster, exactly as a user would."""
+        cmd = submit_command(module, job_args, jar_paths, self.url, detached, parallelism,
+                             py_files, extra)
+        return subprocess.run(cmd, env=self.environ(), capture_output=True, text=True)
+
+
+def submit_command(module: str, job_args: list[str], jar_paths: list[Path], url: str,
+                   detached: bool = False, parallelism: int | None = None,
+                   py_files: list[Path] | None = None, extra: list[str] | None = None,
+                   python: str | None = None, flink: str | None = None) -> list[str]:
+    python = python or sys.executable
+    cmd = [flink or str(flink_home() / "bin" / "flink"), "run", "-m", url.removeprefix("http://")]
+    if detached:
+        cmd.append("--detached")
+    if parallelism:
+        cmd += ["-p", str(parallelism)]
+    # One --jarfile is allowed; the job also names every jar in pipeline.jars, which the
+    # client ships with the job graph.
+    if jar_paths:
+        cmd += ["--jarfile", str(jar_paths[0])]
+    cmd += ["-pyexec", python, "-pyclientexec", python, "--pyModule", module]
+    if py_files:
+        cmd += ["--pyFiles", ",".join(str(p) for p in py_files)]
+    cmd += list(extra or [])
+    return cmd + list(job_args)

@@ -1,0 +1,242 @@
+"""A real single-node Kafka 4.x broker (KRaft, combined mode) run from its Maven jars.
+
+No Docker engine is assumed. The broker's runtime closure is resolved by `mvn` from
+jars/broker/pom.xml into .local/kafka/libs; data, config and logs live beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.settings import PROJECT_ROOT
+
+STATE_DIR = Path(os.environ.get("PIPELINES_KAFKA_DIR", PROJECT_ROOT / ".local" / "kafka"))
+POM = PROJECT_ROOT / "jars" / "broker" / "pom.xml"
+DEFAULT_PORT = int(os.environ.get("PIPELINES_KAFKA_PORT", "9092"))
+
+
+class BrokerError(Exception):
+    """The broker could not be set up or started; the message carries the log's last lines."""
+
+
+@dataclass(frozen=True)
+class Broker:
+    state_dir: Path = STATE_DIR
+    port: int = DEFAULT_PORT
+    transaction_max_timeout_ms: int | None = None  # None: Kafka's default (900000)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def libs(self) -> Path:
+        return self.state_dir / "libs"
+
+    @property
+    def data(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.state_dir / "broker.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / "broker.pid"
+
+    # ------------------------------------------------------------------ set-up
+
+    def ensure_libs(self, log=print) -> None:
+        marker = self.libs / ".complete"
+        if marker.is_file() and marker.read_text() == POM.read_text():
+            return
+        log(f"resolving the Kafka broker's jars with mvn into {self.libs}")
+        self.libs.mkdir(parents=True, exist_ok=True)
+        for old in self.libs.glob("*.jar"):
+            old.unlink()
+        result = subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+             "-DincludeScope=runtime", f"-DoutputDirectory={self.libs}"],
+            capture_output=True, text=True)
+        if result.returncode != 0:
+            tail = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
+            raise BrokerError(f"mvn could not resolve the broker from {POM}: {tail}")
+        marker.write_text(POM.read_text())
+
+    def _write_config(self) -> Path:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        ctl = self.port + 1
+        lines = [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{ctl}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"controller.quorum.bootstrap.servers=127.0.0.1:{ctl}",
+            f"log.dirs={self.data}",
+            # A one-node cluster: without these, transactions and group commits hang.
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "num.partitions=1",
+            "auto.create.topics.enable=false",
+        ]
+        if self.transaction_max_timeout_ms is not None:
+            lines.append(f"transaction.max.timeout.ms={self.transaction_max_timeout_ms}")
+        props = self.state_dir / "server.properties"
+        props.write_text("\n".join(lines) + "\n")
+        log4j = self.state_dir / "log4j2.properties"
+        log4j.write_text("\n".join([
+            "status = warn",
+            "appender.file.type = File",
+            "appender.file.name = file",
+            f"appender.file.fileName = {self.log_file}",
+            "appender.file.layout.type = PatternLayout",
+            "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+            "rootLogger.level = INFO",
+            "rootLogger.appenderRef.file.ref = file",
+            "logger.kafka.name = kafka",
+            "logger.kafka.level = INFO",
+            "logger.controller.name = org.apache.kafka.controller",
+            "logger.controller.level = WARN",
+        ]) + "\n")
+        return props
+
+    def _java(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["java", "-cp", f"{self.libs}/*",
+             f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}", *args],
+            capture_output=True, text=True, **kw)
+
+    def _format(self, props: Path) -> None:
+        if (self.data / "meta.properties").is_file():
+            return
+        cluster_id = self._java("kafka.tools.StorageTool", "random-uuid").stdout.strip().splitlines()[-1]
+        result = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                            "-c", str(props), "--standalone")
+        if result.returncode != 0:
+            raise BrokerError(f"formatting {self.data} failed: {result.stderr.strip()[-500:]}")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return pid if b"kafka.Kafka" in cmdline else None
+
+    def ready(self, timeout: float = 2.0) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 1000,
+                             "logger": _quiet_logger()})
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except Exception:
+            return False
+        return bool(metadata.brokers)
+
+    def up(self, log=print, wait_s: float = 90.0) -> None:
+        """Start the broker unless ours is running already; wait until metadata answers."""
+        if self.pid() and self.ready():
+            log(f"kafka    running at {self.bootstrap} (pid {self.pid()})")
+            return
+        self.ensure_libs(log)
+        if not _port_free(self.port) and not self.pid():
+            raise BrokerError(f"port {self.port} is taken by another process; stop it or set "
+                              f"PIPELINES_KAFKA_PORT to a free port")
+        props = self._write_config()
+        self._format(props)
+        heap = os.environ.get("PIPELINES_KAFKA_HEAP", "-Xmx768m")
+        with open(self.state_dir / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(
+                ["java", heap, "-XX:+UseG1GC", "-cp", f"{self.libs}/*",
+                 f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+                 "kafka.Kafka", str(props)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.state_dir)
+        self.pid_file.write_text(str(proc.pid))
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise BrokerError(f"the broker exited with code {proc.returncode}; "
+                                  f"last lines of {self.log_file}:\n{self.log_tail()}")
+            if self.ready(timeout=1.0):
+                log(f"kafka    started at {self.bootstrap} (pid {proc.pid}, log {self.log_file})")
+                return
+            time.sleep(0.3)
+        raise BrokerError(f"the broker did not answer within {wait_s:.0f}s; last lines of "
+                          f"{self.log_file}:\n{self.log_tail()}")
+
+    def down(self, log=print, kill: bool = False, wait_s: float = 60.0) -> None:
+        pid = self.pid()
+        if not pid:
+            log("kafka    not running")
+            return
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and self.pid():
+            time.sleep(0.2)
+        if self.pid():
+            os.kill(pid, signal.SIGKILL)
+            while self.pid():
+                time.sleep(0.1)
+        _wait_port_free(self.port, 10)
+        log(f"kafka    stopped (pid {pid})")
+
+    def status(self) -> str:
+        pid = self.pid()
+        if not pid:
+            return f"kafka    not running (expected at {self.bootstrap})"
+        return (f"kafka    {'ready' if self.ready() else 'NOT answering'} at {self.bootstrap} "
+                f"(pid {pid}, log {self.log_file})")
+
+    def log_tail(self, lines: int = 15) -> str:
+        text = ""
+        for path in (self.log_file, self.state_dir / "stdout.log"):
+            if path.is_file():
+                text += "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) + "\n"
+        return text.rstrip() or "(no log written)"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_port_free(port: int, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not _port_free(port):
+        time.sleep(0.2)
+
+
+def _quiet_logger():
+    import logging
+
+    logger = logging.getLogger("pipelines.librdkafka")
+    logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+    return logger

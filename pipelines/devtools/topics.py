@@ -1,0 +1,142 @@
+"""Topics and records on a real broker: creating, producing and reading back.
+
+Shared by the CLI (demo data), the tests and the benchmarks, so all three talk to Kafka
+the same way; the read-back is always `read_committed`, as downstream consumers would.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 30.0) -> None:
+    """Create each topic with the given partition count; existing ones are left alone."""
+    client = admin(bootstrap)
+    existing = set(client.list_topics(timeout=timeout).topics)
+    wanted = [NewTopic(t, num_partitions=n, replication_factor=1)
+              for t, n in topics.items() if t not in existing]
+    if not wanted:
+        return
+    for topic, future in client.create_topics(wanted, request_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        meta = client.list_topics(timeout=timeout).topics
+        if all(t in meta and len(meta[t].partitions) == n for t, n in topics.items()):
+            return
+        time.sleep(0.1)
+
+
+def delete_topics(bootstrap: str, topics: Iterable[str], timeout: float = 30.0) -> None:
+    client = admin(bootstrap)
+    existing = set(client.list_topics(timeout=timeout).topics)
+    doomed = [t for t in topics if t in existing]
+    if doomed:
+        for future in client.delete_topics(doomed, request_timeout=timeout).values():
+            future.result(timeout=timeout)
+
+
+def produce(bootstrap: str, topic: str, values: Iterable[bytes | str],
+            partition: int | None = None, timestamps: Iterable[int] | None = None,
+            keys: Iterable[bytes | str | None] | None = None) -> int:
+    """Produce values in order (to one partition when given); returns how many were sent."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    stamps = iter(timestamps) if timestamps is not None else None
+    key_iter = iter(keys) if keys is not None else None
+    count = 0
+    for value in values:
+        kwargs = {}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if stamps is not None:
+            kwargs["timestamp"] = next(stamps)
+        if key_iter is not None:
+            kwargs["key"] = next(key_iter)
+        while True:
+            try:
+                producer.produce(topic, value, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        count += 1
+    remaining = producer.flush(60)
+    if remaining:
+        raise RuntimeError(f"{remaining} record(s) to {topic} were not delivered")
+    return count
+
+
+def read_all(bootstrap: str, topic: str, isolation: str = "read_committed",
+             idle_s: float = 3.0, timeout_s: float = 60.0) -> list[bytes]:
+    """Every record of a topic, from the beginning to the log end (the LSO for read_committed)."""
+    return [m.value() for m in read_messages(bootstrap, topic, isolation, idle_s, timeout_s)]
+
+
+def read_messages(bootstrap: str, topic: str, isolation: str = "read_committed",
+                  idle_s: float = 3.0, timeout_s: float = 60.0) -> list:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "isolation.level": isolation, "enable.partition.eof": True,
+    })
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
+        consumer.assign(parts)
+        done: set[int] = set()
+        out = []
+        deadline = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() < deadline and len(done) < len(parts):
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if time.monotonic() - last > idle_s:
+                    break
+                continue
+            last = time.monotonic()
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    done.add(msg.partition())
+                    continue
+                raise KafkaException(msg.error())
+            done.discard(msg.partition())
+            out.append(msg)
+        return out
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> dict[int, int]:
+    """Per partition: the log-end offset (read_uncommitted) or last stable offset (read_committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsets-probe",
+                         "isolation.level": isolation, "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in meta.partitions}
+    finally:
+        consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset per partition, as the broker stores it (-1001: none)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        parts = consumer.committed([TopicPartition(topic, p) for p in meta.partitions], timeout=10)
+        return {tp.partition: tp.offset for tp in parts}
+    finally:
+        consumer.close()

@@ -1,0 +1,88 @@
+"""Settings -> StreamExecutionEnvironment: checkpointing, restarts, interpreter, jars.
+
+Everything is expressed as Flink configuration keys, so the same job behaves the same on
+the local mini-cluster and under `flink run`, where the cluster's config is the base.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pipelines import jars
+from pipelines.settings import Retention, RestartStrategy, Settings
+
+
+def _ms(value: int) -> str:
+    return f"{value} ms"
+
+
+def checkpoint_dir(settings: Settings) -> str:
+    return settings.checkpoint.storage.replace("{job}", settings.job.name)
+
+
+def flink_configuration(settings: Settings, jar_paths: list[Path] | None = None,
+                        python: str | None = None) -> dict[str, str]:
+    """The Flink configuration a job runs with, as plain key/value strings."""
+    cp = settings.checkpoint
+    python = python or sys.executable
+    conf: dict[str, str] = {
+        "pipeline.name": settings.job.name,
+        "parallelism.default": str(settings.job.parallelism),
+        "pipeline.max-parallelism": str(settings.job.max_parallelism),
+        # Without these Flink starts the system `python`: "No module named 'pyflink'".
+        "python.executable": python,
+        "python.client.executable": python,
+        "execution.checkpointing.dir": checkpoint_dir(settings),
+        "execution.checkpointing.savepoint-dir": cp.savepoints.replace("{job}", settings.job.name),
+        "execution.checkpointing.storage": "filesystem",
+    }
+    if cp.enabled:
+        conf.update({
+            "execution.checkpointing.interval": _ms(cp.interval),
+            "execution.checkpointing.mode": cp.mode.name,
+            "execution.checkpointing.min-pause": _ms(cp.min_pause),
+            "execution.checkpointing.timeout": _ms(cp.timeout),
+            "execution.checkpointing.max-concurrent-checkpoints": str(cp.max_concurrent),
+            "execution.checkpointing.tolerable-failed-checkpoints": str(cp.tolerable_failures),
+            "execution.checkpointing.externalized-checkpoint-retention": (
+                "RETAIN_ON_CANCELLATION" if cp.retention is Retention.RETAIN
+                else "DELETE_ON_CANCELLATION"),
+            "execution.checkpointing.unaligned.enabled": str(cp.unaligned).lower(),
+        })
+    rs = settings.restart
+    if rs.strategy is RestartStrategy.NONE:
+        conf["restart-strategy.type"] = "none"
+    elif rs.strategy is RestartStrategy.FIXED_DELAY:
+        conf.update({
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": str(rs.attempts),
+            "restart-strategy.fixed-delay.delay": _ms(rs.delay),
+        })
+    else:
+        conf.update({
+            "restart-strategy.type": "exponential-delay",
+            "restart-strategy.exponential-delay.initial-backoff": _ms(rs.delay),
+            "restart-strategy.exponential-delay.max-backoff": _ms(rs.max_delay),
+            "restart-strategy.exponential-delay.attempts-before-reset-backoff": str(rs.attempts),
+        })
+    if settings.job.from_checkpoint:
+        conf["execution.state-recovery.path"] = settings.job.from_checkpoint
+    if jar_paths:
+        conf["pipeline.jars"] = ";".join(p.resolve().as_uri() for p in jar_paths)
+    return conf
+
+
+def create_environment(settings: Settings, extra: dict[str, str] | None = None):
+    """A StreamExecutionEnvironment configured from settings, jars checked first."""
+    from pyflink.common import Configuration
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    conf = Configuration()
+    for key, value in {**flink_configuration(settings, jars.resolve()), **(extra or {})}.items():
+        conf.set_string(key, value)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    # get_execution_environment(conf) on a running client context (flink run) keeps the
+    # cluster's settings; configure() applies ours on top in both cases.
+    env.configure(conf)
+    return env

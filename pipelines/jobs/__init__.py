@@ -1,0 +1,3 @@
+"""Jobs: each module has `build(env, settings)` and a thin `main(argv)`."""
+
+JOBS = ("passthrough", "enrich", "windowed")

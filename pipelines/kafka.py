@@ -1,0 +1,127 @@
+"""Settings -> KafkaSource / KafkaSink, the only place the connector's builders are called.
+
+The source hands Python each record's raw bytes with its topic, partition and offset (see
+jars/src/.../OriginRecordDeserializer.java), so a bad record can be routed to a dead-letter
+topic with its origin instead of failing the job. Offsets are committed to Kafka when a
+checkpoint completes; they are for monitoring and group-offsets restarts. Flink's own
+recovery always uses the checkpoint.
+"""
+
+from __future__ import annotations
+
+from pipelines.settings import (
+    DeliveryGuarantee,
+    OffsetReset,
+    Settings,
+    SinkSettings,
+    StartMode,
+)
+
+ORIGIN_FIELDS = ["topic", "partition", "offset", "timestamp", "key", "value"]
+
+
+def origin_type_info():
+    """The Python-side type of what OriginRecordDeserializer produces."""
+    from pyflink.common import Types
+
+    return Types.ROW_NAMED(
+        ORIGIN_FIELDS,
+        [Types.STRING(), Types.INT(), Types.LONG(), Types.LONG(),
+         Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+
+def _reset_strategy(fallback: OffsetReset):
+    from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy
+
+    return {
+        OffsetReset.EARLIEST: KafkaOffsetResetStrategy.EARLIEST,
+        OffsetReset.LATEST: KafkaOffsetResetStrategy.LATEST,
+        OffsetReset.FAIL: KafkaOffsetResetStrategy.NONE,
+    }[fallback]
+
+
+def starting_offsets(settings: Settings):
+    """The KafkaOffsetsInitializer for the configured start mode."""
+    from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaTopicPartition
+
+    start = settings.source.start
+    if start.mode is StartMode.GROUP_OFFSETS:
+        return KafkaOffsetsInitializer.committed_offsets(_reset_strategy(start.fallback))
+    if start.mode is StartMode.EARLIEST:
+        return KafkaOffsetsInitializer.earliest()
+    if start.mode is StartMode.LATEST:
+        return KafkaOffsetsInitializer.latest()
+    if start.mode is StartMode.TIMESTAMP:
+        return KafkaOffsetsInitializer.timestamp(start.timestamp)
+    offsets = {KafkaTopicPartition(o.topic, o.partition): o.offset for o in start.offsets}
+    return KafkaOffsetsInitializer.offsets(offsets, _reset_strategy(start.fallback))
+
+
+def source_properties(settings: Settings) -> dict[str, str]:
+    src = settings.source
+    props = settings.kafka.client_properties()
+    props["isolation.level"] = src.isolation_level.value
+    props["commit.offsets.on.checkpoint"] = str(src.commit_offsets_on_checkpoint).lower()
+    # Flink commits on checkpoints; Kafka's own periodic auto-commit would race it.
+    props["enable.auto.commit"] = "false"
+    props["partition.discovery.interval.ms"] = str(
+        src.partition_discovery_interval if src.partition_discovery_interval else -1)
+    return props
+
+
+def build_source(settings: Settings):
+    """A KafkaSource emitting Row(topic, partition, offset, timestamp, key, value)."""
+    from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
+    from pyflink.java_gateway import get_gateway
+
+    src = settings.source
+    builder = KafkaSource.builder().set_bootstrap_servers(settings.kafka.bootstrap_servers)
+    if src.topics:
+        builder.set_topics(*src.topics)
+    else:
+        builder.set_topic_pattern(src.topic_pattern)
+    if src.group_id:
+        builder.set_group_id(src.group_id)
+    builder.set_starting_offsets(starting_offsets(settings))
+    if src.bounded:
+        builder.set_bounded(KafkaOffsetsInitializer.latest())
+    builder.set_properties(source_properties(settings))
+    builder.set_client_id_prefix(f"{settings.job.name}-source")
+    jvm = get_gateway().jvm
+    builder._j_builder.setDeserializer(jvm.pipelines.flink.OriginRecordDeserializer())
+    return builder.build()
+
+
+_GUARANTEES = {
+    DeliveryGuarantee.EXACTLY_ONCE: "EXACTLY_ONCE",
+    DeliveryGuarantee.AT_LEAST_ONCE: "AT_LEAST_ONCE",
+    DeliveryGuarantee.NONE: "NONE",
+}
+
+
+def build_sink(settings: Settings, topic: str | None = None, id_suffix: str = ""):
+    """A KafkaSink of strings to `topic` (the configured sink topic by default).
+
+    Each sink in a job needs its own transactional id prefix: `id_suffix` derives one for
+    side outputs (dead letters, late records) from the configured prefix.
+    """
+    from pyflink.common.serialization import SimpleStringSchema
+    from pyflink.datastream.connectors.base import DeliveryGuarantee as FlinkGuarantee
+    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
+
+    sink: SinkSettings = settings.sink
+    serializer = (KafkaRecordSerializationSchema.builder()
+                  .set_topic(topic or sink.topic)
+                  .set_value_serialization_schema(SimpleStringSchema())
+                  .build())
+    builder = (KafkaSink.builder()
+               .set_bootstrap_servers(settings.kafka.bootstrap_servers)
+               .set_record_serializer(serializer)
+               .set_delivery_guarantee(getattr(FlinkGuarantee, _GUARANTEES[sink.delivery])))
+    if sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
+        builder.set_transactional_id_prefix(f"{sink.transactional_id_prefix}{id_suffix}")
+        builder.set_property("transaction.timeout.ms", str(sink.transaction_timeout))
+    for key, value in settings.kafka.client_properties().items():
+        builder.set_property(key, value)
+    builder.set_property("client.id", f"{settings.job.name}-sink{id_suffix}")
+    return builder.build()

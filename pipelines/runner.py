@@ -1,0 +1,229 @@
+"""Turning a job module into a running Flink job, the same way from every entry point.
+
+`pipelines run` (local mini-cluster), `python -m pipelines.jobs.<job>` and `flink run
+--pyModule pipelines.jobs.<job>` all go through `prepare`: settings loaded and validated,
+preflight run, jars checked. Known failures end as one readable line, never a Py4J trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import socket
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Callable
+
+from pipelines.jars import JarError
+from pipelines.preflight import has_errors, run_preflight
+from pipelines.settings import ConfigError, Loaded, load_settings, mask_text
+
+EXIT_BAD_INPUT = 2
+
+
+class Failure(Exception):
+    """A failure we can explain in one line."""
+
+
+def job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--env", help="config overlay: conf/<env>/<job>.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override one setting (repeatable)")
+    parser.add_argument("--conf-dir", help="config root (default: the project's conf/)")
+    parser.add_argument("--skip-preflight", action="store_true",
+                        help="start without the broker-aware checks")
+    parser.add_argument("--from-checkpoint", metavar="PATH|latest",
+                        help="resume from a retained checkpoint or savepoint")
+    return parser
+
+
+def prepare(job: str, args: argparse.Namespace, log=print) -> Loaded:
+    """Load, validate and preflight the settings; raise Failure on anything that would not run."""
+    overrides = list(args.overrides or [])
+    loaded = load_settings(job, env=args.env, overrides=overrides, conf_dir=args.conf_dir)
+    if getattr(args, "from_checkpoint", None):
+        from pipelines.checkpoints import resolve_checkpoint
+
+        path = resolve_checkpoint(loaded.settings, args.from_checkpoint)
+        loaded = load_settings(job, env=args.env, conf_dir=args.conf_dir,
+                               overrides=overrides + [f"job.from_checkpoint={path}"])
+        log(f"resuming from {path}")
+    if not args.skip_preflight:
+        problems = run_preflight(loaded.settings)
+        for problem in problems:
+            log(str(problem))
+        if has_errors(problems):
+            raise Failure(f"preflight found {sum(p.level == 'error' for p in problems)} error(s); "
+                          f"nothing was started")
+    return loaded
+
+
+def load_job(job: str):
+    try:
+        return importlib.import_module(f"pipelines.jobs.{job}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"pipelines.jobs.{job}":
+            raise Failure(f"no job named {job!r} (no module pipelines/jobs/{job}.py)") from None
+        raise
+
+
+def explain_java_error(exc: BaseException) -> str | None:
+    """The first meaningful line of a Py4J error, or None when it is not one."""
+    text = str(exc)
+    if "Py4JJavaError" not in type(exc).__name__ and "py4j" not in type(exc).__module__:
+        return None
+    for line in text.splitlines():
+        line = line.strip()
+        if ("Exception" in line or "Error" in line) and ":" in line and not line.startswith("at "):
+            return line
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def guarded(action: Callable[[], int], secrets: list[str] | None = None) -> int:
+    """Run `action`, turning known failures into one line on stderr and exit code 2."""
+    try:
+        return action()
+    except (ConfigError, JarError, Failure) as exc:
+        print(mask_text(f"error: {exc}", secrets or []), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - Py4J errors arrive as many types
+        line = explain_java_error(exc)
+        if line is None:
+            raise
+        print(mask_text(f"error: {line}", secrets or []), file=sys.stderr)
+        return 1
+
+
+def job_main(job: str, build, argv: list[str]) -> None:
+    """The body of every job's `main`: works standalone and under `flink run`."""
+    parser = job_arguments(argparse.ArgumentParser(prog=f"pipelines.jobs.{job}"))
+    args = parser.parse_args(argv)
+
+    def action() -> int:
+        loaded = prepare(job, args)
+        from pipelines.environment import create_environment
+
+        env = create_environment(loaded.settings)
+        build(env, loaded.settings)
+        result = env.execute(job)
+        print(f"job {job} finished: {result.get_job_id()}")
+        return 0
+
+    sys.exit(guarded(action))
+
+
+# ------------------------------------------------------------------ local runs with progress
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RunResult:
+    job_id: str
+    status: str
+    checkpoints: int
+
+
+def run_local(job: str, args: argparse.Namespace, log=print, progress_every: float = 2.0,
+              extra_conf: dict[str, str] | None = None) -> RunResult:
+    """Run a job on an in-process mini-cluster, printing progress until it ends.
+
+    Ctrl-C cancels the job (its last retained checkpoint stays for --from-checkpoint).
+    """
+    loaded = prepare(job, args, log)
+    module = load_job(job)
+    from pipelines.environment import create_environment
+
+    port = free_port()
+    extra = {"rest.port": str(port), "rest.address": "127.0.0.1",
+             "metrics.fetcher.update-interval": "2 s", **(extra_conf or {})}
+    env = create_environment(loaded.settings, extra)
+    module.build(env, loaded.settings)
+    client = env.execute_async(job)
+    job_id = str(client.get_job_id())
+    log(f"job {job} submitted to the local mini-cluster as {job_id} "
+        f"(REST/UI at http://127.0.0.1:{port})")
+    monitor = ProgressMonitor(f"http://127.0.0.1:{port}", job_id)
+    outcome = client.get_job_execution_result()
+    status = "FINISHED"
+    try:
+        while not outcome.done():
+            line = monitor.line()
+            if line:
+                log(line)
+            _wait_done(outcome, progress_every)
+    except KeyboardInterrupt:
+        log("stopping: cancelling the job (retained checkpoints stay on disk)")
+        client.cancel().result()
+        status = "CANCELED"
+    checkpoints = monitor.completed_checkpoints()
+    if status != "CANCELED":
+        try:
+            outcome.result()
+        except Exception as exc:  # noqa: BLE001
+            raise Failure(f"job {job} failed: {explain_java_error(exc) or exc}") from None
+    log(f"job {job} {status.lower()}")
+    return RunResult(job_id, status, checkpoints)
+
+
+def _wait_done(future, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not future.done():
+        time.sleep(0.1)
+
+
+class ProgressMonitor:
+    """Records in/out and the last checkpoint, read from the job's REST API."""
+
+    def __init__(self, base_url: str, job_id: str):
+        self.base = base_url
+        self.job_id = job_id
+        self._last_checkpoints = 0
+
+    def _get(self, path: str):
+        with urllib.request.urlopen(f"{self.base}{path}", timeout=2) as resp:
+            return json.load(resp)
+
+    def completed_checkpoints(self) -> int:
+        try:
+            counts = self._get(f"/jobs/{self.job_id}/checkpoints")["counts"]
+            self._last_checkpoints = counts["completed"]
+        except Exception:  # noqa: BLE001 - the mini-cluster may be gone already
+            pass
+        return self._last_checkpoints
+
+    def line(self) -> str | None:
+        try:
+            vertices = self._get(f"/jobs/{self.job_id}")["vertices"]
+            read = sum(self._vertex_sum(v["id"], ".numRecordsOut", "Source__") for v in vertices)
+            sent = sum(self._vertex_sum(v["id"], "__Writer.numRecordsSend") for v in vertices)
+            cps = self._get(f"/jobs/{self.job_id}/checkpoints")
+        except Exception:  # noqa: BLE001 - the job may be between states
+            return None
+        latest = (cps.get("latest") or {}).get("completed") or {}
+        counts = cps.get("counts", {})
+        self._last_checkpoints = counts.get("completed", self._last_checkpoints)
+        cp = (f"last checkpoint #{latest['id']} took {latest.get('end_to_end_duration', 0)} ms"
+              if latest else "no checkpoint yet")
+        return (f"records in {read}, out {sent} | {cp} | checkpoints "
+                f"{counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed")
+
+    def _vertex_sum(self, vertex_id: str, suffix: str, contains: str = "") -> int:
+        """Sum over subtasks of the operator metrics whose name ends with `suffix`."""
+        base = f"/jobs/{self.job_id}/vertices/{vertex_id}/subtasks/metrics"
+        wanted = [m["id"] for m in self._get(base)
+                  if m["id"].endswith(suffix) and contains in m["id"]]
+        if not wanted:
+            return 0
+        values = self._get(f"{base}?get={','.join(wanted)}&agg=sum")
+        return sum(int(float(v.get("sum", 0))) for v in values)
+

@@ -1,0 +1,75 @@
+"""Shared fixtures: a real Kafka broker for the session, unique names per test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "pipelines.cli"]
+
+
+def _docker_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka() -> str:
+    """Bootstrap servers of a real broker: the jar-run local one, or testcontainers'
+    when PIPELINES_TEST_DOCKER=1 and a Docker engine answers."""
+    if os.environ.get("PIPELINES_TEST_DOCKER") == "1" and _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        container = KafkaContainer().with_kraft()
+        container.start()
+        yield container.get_bootstrap_server()
+        container.stop()
+        return
+    from pipelines.devtools.kafka_broker import Broker
+
+    broker = Broker()
+    broker.up(log=lambda *_: None)
+    yield broker.bootstrap
+
+
+@pytest.fixture
+def names(request):
+    """Unique topic, group and transactional-id names for one test."""
+    tag = f"{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}"
+
+    def make(kind: str) -> str:
+        return f"t-{tag}-{kind}"
+
+    return make
+
+
+def run_cli(*args: str, timeout: float = 300, env: dict | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """Run `pipelines ...` as a user would, in a subprocess of its own."""
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"pipelines {' '.join(args)} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def flink_cluster(kafka):
+    """The local standalone cluster, started from the PyFlink wheel's bin/start-cluster.sh."""
+    from pipelines.devtools.flink_cluster import Cluster
+
+    cluster = Cluster()
+    was_up = cluster.overview() is not None
+    cluster.up(log=lambda *_: None)
+    yield cluster
+    if not was_up:
+        cluster.down(log=lambda *_: None)

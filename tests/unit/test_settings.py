@@ -1,0 +1,149 @@
+"""Settings: layering, provenance, and errors that name the file, the key and what is allowed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipelines.settings import ConfigError, effective_view, load_settings, parse_duration_ms
+
+pytestmark = pytest.mark.unit
+
+BASE = """
+job: {name: demo}
+source:
+  topics: [in]
+  group_id: g
+sink:
+  topic: out
+  transactional_id_prefix: demo
+"""
+
+
+def _conf(tmp_path: Path, base: str = BASE, **layers: str) -> Path:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "demo.yaml").write_text(textwrap.dedent(base))
+    for name, text in layers.items():
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "demo.yaml").write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_layers_apply_in_order_and_remember_their_source(tmp_path):
+    conf = _conf(tmp_path, dev="checkpoint: {interval: 30s}\njob: {parallelism: 2}\n",
+                 local="job: {parallelism: 3}\n")
+    loaded = load_settings("demo", env="dev", conf_dir=conf,
+                           environ={"PIPELINES__CHECKPOINT__TIMEOUT": "5min"},
+                           overrides=["source.group_id=cli-group"])
+    s = loaded.settings
+    assert s.checkpoint.interval == 30_000
+    assert s.job.parallelism == 3
+    assert s.checkpoint.timeout == 300_000
+    assert s.source.group_id == "cli-group"
+    assert loaded.sources["checkpoint.interval"].endswith("dev/demo.yaml")
+    assert loaded.sources["job.parallelism"].endswith("local/demo.yaml")
+    assert loaded.sources["checkpoint.timeout"] == "env PIPELINES__CHECKPOINT__TIMEOUT"
+    assert loaded.sources["source.group_id"] == "--set"
+
+
+def test_unknown_key_names_file_key_and_known_keys(tmp_path):
+    conf = _conf(tmp_path, BASE + "checkpoint: {intervall: 5s}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    message = str(err.value)
+    assert "base/demo.yaml: checkpoint.intervall: unknown key" in message
+    assert "interval" in message and "min_pause" in message
+
+
+def test_bad_enum_lists_allowed_values(tmp_path):
+    conf = _conf(tmp_path, BASE.replace("group_id: g", "group_id: g\n  start: {mode: earlist}"))
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    assert str(err.value) == (
+        f"{conf / 'base' / 'demo.yaml'}: source.start.mode: 'earlist' is not allowed; "
+        "allowed: group-offsets, earliest, latest, specific-offsets, timestamp")
+
+
+def test_wrong_type_from_set_names_the_command_line(tmp_path):
+    conf = _conf(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={}, overrides=["job.parallelism=many"])
+    assert str(err.value).startswith("--set: job.parallelism: ")
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    conf = _conf(tmp_path, BASE + "sink: [unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    assert "base/demo.yaml: line" in str(err.value) and "not valid YAML" in str(err.value)
+
+
+def test_bad_duration_is_explained(tmp_path):
+    conf = _conf(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={}, overrides=["checkpoint.interval=soon"])
+    assert "--set: checkpoint.interval: 'soon' is not a duration" in str(err.value)
+
+
+def test_missing_job_config_lists_known_jobs(tmp_path):
+    conf = _conf(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_settings("nope", conf_dir=conf, environ={})
+    assert "no such job config; jobs with a config: demo" in str(err.value)
+
+
+@pytest.mark.parametrize("text,ms", [("500ms", 500), ("10s", 10_000), ("5min", 300_000),
+                                     ("1h", 3_600_000), (250, 250)])
+def test_durations(text, ms):
+    assert parse_duration_ms(text) == ms
+
+
+def test_timestamp_start_accepts_iso_and_epoch(tmp_path):
+    conf = _conf(tmp_path)
+    iso = load_settings("demo", conf_dir=conf, environ={}, overrides=[
+        "source.start.mode=timestamp", "source.start.timestamp=2024-01-01T00:00:00Z"]).settings
+    epoch = load_settings("demo", conf_dir=conf, environ={}, overrides=[
+        "source.start.mode=timestamp", "source.start.timestamp=1704067200000"]).settings
+    assert iso.source.start.timestamp == epoch.source.start.timestamp == 1_704_067_200_000
+
+
+def test_specific_offsets_need_entries(tmp_path):
+    conf = _conf(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={},
+                      overrides=["source.start.mode=specific-offsets"])
+    assert "source.start: mode specific-offsets needs at least one entry in offsets" in str(err.value)
+
+
+def test_secret_from_env_is_resolved_and_masked(tmp_path):
+    conf = _conf(tmp_path, BASE + textwrap.dedent("""
+        kafka:
+          security:
+            protocol: SASL_SSL
+            sasl_mechanism: SCRAM-SHA-512
+            username: svc
+            password: ${env:TEST_KAFKA_PASSWORD}
+        """))
+    loaded = load_settings("demo", conf_dir=conf, environ={}, overrides=[])
+    # environ={} only disables PIPELINES__ vars; the secret reference reads os.environ
+    assert loaded.settings.kafka.security.password is not None
+    view = {k: (v, src) for k, v, src in effective_view(loaded)}
+    assert view["kafka.security.password"][0] == "******"
+    assert "env TEST_KAFKA_PASSWORD" in view["kafka.security.password"][1]
+    assert "s3cr3t-value" not in repr(loaded.settings)
+
+
+@pytest.fixture(autouse=True)
+def _secret_env(monkeypatch):
+    monkeypatch.setenv("TEST_KAFKA_PASSWORD", "s3cr3t-value")
+
+
+def test_secret_reference_to_unset_env_names_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("TEST_KAFKA_PASSWORD")
+    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+                                  "username: u, password: '${env:TEST_KAFKA_PASSWORD}'}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    assert "kafka.security.password: environment variable TEST_KAFKA_PASSWORD is not set" in str(err.value)
