@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", help="the local standalone Flink cluster")
     cluster.add_argument("action", choices=["up", "down", "status"])
 
+    enrichment = sub.add_parser("enrichment", help="the local demo enrichment HTTP service")
+    enrichment.add_argument("action", choices=["up", "down", "status"])
+    enrichment.add_argument("--port", type=int, default=None)
+    enrichment.add_argument("--latency", default="50ms", help="per lookup, e.g. 50ms")
+    enrichment.add_argument("--failure-rate", type=float, default=0.0)
+
     sub.add_parser("jars", help="fetch pinned jars with mvn, verify sha256, build jars/src")
 
     offsets = sub.add_parser("offsets", help="a consumer group's committed offsets and lag")
@@ -158,6 +164,23 @@ def _cluster(args) -> int:
     return 0
 
 
+def _enrichment(args) -> int:
+    from pipelines.devtools.enrichment_service import DEFAULT_PORT, Service, ServiceError
+    from pipelines.settings import parse_duration_ms
+
+    service = Service(port=args.port or DEFAULT_PORT)
+    try:
+        if args.action == "up":
+            service.up(latency_ms=parse_duration_ms(args.latency), failure_rate=args.failure_rate)
+        elif args.action == "down":
+            service.down()
+        else:
+            print(service.status())
+    except ServiceError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
 def _jars(args) -> int:
     from pipelines.jars import fetch
 
@@ -187,7 +210,7 @@ def _offsets(args) -> int:
 
 HANDLERS = {
     "run": _run, "submit": _submit, "doctor": _doctor, "config": _config, "demo": _demo,
-    "kafka": _kafka, "cluster": _cluster, "jars": _jars, "offsets": _offsets,
+    "kafka": _kafka, "cluster": _cluster, "enrichment": _enrichment, "jars": _jars, "offsets": _offsets,
 }
 
 

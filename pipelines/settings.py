@@ -283,6 +283,13 @@ class CheckpointSettings(_Model):
 
     _dur = _duration_fields("interval", "min_pause", "timeout")
 
+    @model_validator(mode="after")
+    def _unaligned_needs_exactly_once(self) -> "CheckpointSettings":
+        if self.unaligned and self.mode is CheckpointMode.AT_LEAST_ONCE:
+            raise ValueError("unaligned checkpoints need mode exactly-once "
+                             "(Flink ignores them under at-least-once)")
+        return self
+
     @field_validator("storage", "savepoints")
     @classmethod
     def _uri(cls, v: str) -> str:

@@ -1,0 +1,196 @@
+"""A slow external lookup service: the stand-in for the reports' company-registry calls.
+
+A real HTTP server (aiohttp) with configurable latency, jitter and failure rate, and an
+admin endpoint to change them while a job runs (outage tests). Run it in the foreground
+with `python -m pipelines.devtools.enrichment_service`, or in the background with
+`pipelines enrichment up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelines.settings import PROJECT_ROOT, parse_duration_ms
+
+STATE_DIR = Path(os.environ.get("PIPELINES_ENRICHMENT_DIR", PROJECT_ROOT / ".local" / "enrichment"))
+DEFAULT_PORT = int(os.environ.get("PIPELINES_ENRICHMENT_PORT", "8765"))
+COUNTRIES = ["DE", "FR", "CN", "US", "BR", "JP", "IN", "NG"]
+
+
+class ServiceError(Exception):
+    """The service could not be started or reached."""
+
+
+@dataclass
+class Behaviour:
+    latency_ms: float = 50.0
+    jitter_ms: float = 0.0
+    failure_rate: float = 0.0
+    down: bool = False  # answer 503 to everything but /health and /admin
+    requests: int = 0
+    failures: int = 0
+    started: float = field(default_factory=time.time)
+
+
+def company_profile(company: str) -> dict:
+    """Deterministic, so tests can assert the exact enrichment a record gets."""
+    digest = hashlib.sha256(company.encode()).digest()
+    return {
+        "company": company,
+        "registry_id": f"REG-{int.from_bytes(digest[:4], 'big') % 1_000_000:06d}",
+        "country": COUNTRIES[digest[4] % len(COUNTRIES)],
+        "employees": 10 + int.from_bytes(digest[5:7], "big") % 5000,
+    }
+
+
+def make_app(behaviour: Behaviour):
+    from aiohttp import web
+
+    async def lookup(request: web.Request) -> web.Response:
+        behaviour.requests += 1
+        company = request.query.get("company", "")
+        delay = behaviour.latency_ms + (random.uniform(-1, 1) * behaviour.jitter_ms)
+        await asyncio.sleep(max(delay, 0) / 1000)
+        if behaviour.down or (behaviour.failure_rate and random.random() < behaviour.failure_rate):
+            behaviour.failures += 1
+            return web.json_response({"error": "registry unavailable"}, status=503)
+        if not company:
+            return web.json_response({"error": "company is required"}, status=400)
+        return web.json_response(company_profile(company))
+
+    async def health(_request):
+        return web.json_response({"ok": True})
+
+    async def stats(_request):
+        return web.json_response({"requests": behaviour.requests, "failures": behaviour.failures,
+                                  "latency_ms": behaviour.latency_ms, "down": behaviour.down,
+                                  "failure_rate": behaviour.failure_rate})
+
+    async def admin(request: web.Request):
+        body = await request.json()
+        for key in ("latency_ms", "jitter_ms", "failure_rate", "down"):
+            if key in body:
+                setattr(behaviour, key, type(getattr(behaviour, key))(body[key]))
+        return await stats(request)
+
+    app = web.Application()
+    app.add_routes([web.get("/lookup", lookup), web.get("/health", health),
+                    web.get("/stats", stats), web.post("/admin", admin)])
+    return app
+
+
+def serve(port: int, behaviour: Behaviour) -> None:
+    from aiohttp import web
+
+    web.run_app(make_app(behaviour), host="127.0.0.1", port=port, print=None,
+                access_log=None, backlog=4096)
+
+
+# ------------------------------------------------------------------ background control
+
+@dataclass(frozen=True)
+class Service:
+    port: int = DEFAULT_PORT
+    state_dir: Path = STATE_DIR
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / f"service-{self.port}.pid"
+
+    def _get(self, path: str, timeout: float = 1.0) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}", timeout=timeout) as resp:
+                return json.load(resp)
+        except Exception:  # noqa: BLE001 - not up
+            return None
+
+    def healthy(self) -> bool:
+        return self._get("/health") is not None
+
+    def stats(self) -> dict | None:
+        return self._get("/stats")
+
+    def configure(self, **behaviour) -> dict:
+        req = urllib.request.Request(f"{self.url}/admin", data=json.dumps(behaviour).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.load(resp)
+
+    def up(self, latency_ms: float = 50, failure_rate: float = 0.0, jitter_ms: float = 0,
+           log=print, wait_s: float = 20) -> None:
+        if self.healthy():
+            self.configure(latency_ms=latency_ms, failure_rate=failure_rate, jitter_ms=jitter_ms,
+                           down=False)
+            log(f"enrich   running at {self.url} (latency {latency_ms:g} ms)")
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / f"service-{self.port}.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "pipelines.devtools.enrichment_service",
+                 "--port", str(self.port), "--latency", f"{int(latency_ms)}ms",
+                 "--jitter", f"{int(jitter_ms)}ms", "--failure-rate", str(failure_rate)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        self.pid_file.write_text(str(proc.pid))
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ServiceError(f"the enrichment service exited with {proc.returncode}; see "
+                                   f"{self.state_dir / f'service-{self.port}.log'}")
+            if self.healthy():
+                log(f"enrich   started at {self.url} (latency {latency_ms:g} ms, pid {proc.pid})")
+                return
+            time.sleep(0.2)
+        raise ServiceError(f"the enrichment service did not answer at {self.url} in {wait_s:.0f}s")
+
+    def down(self, log=print) -> None:
+        try:
+            pid = int(self.pid_file.read_text())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            log("enrich   not running")
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.healthy():
+            time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        log("enrich   stopped")
+
+    def status(self) -> str:
+        stats = self.stats()
+        if stats is None:
+            return f"enrich   not running (expected at {self.url})"
+        return (f"enrich   running at {self.url}: {stats['requests']} requests, "
+                f"{stats['failures']} failed, latency {stats['latency_ms']:g} ms")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--latency", default="50ms")
+    parser.add_argument("--jitter", default="0ms")
+    parser.add_argument("--failure-rate", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    serve(args.port, Behaviour(latency_ms=parse_duration_ms(args.latency),
+                               jitter_ms=parse_duration_ms(args.jitter),
+                               failure_rate=args.failure_rate))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The async enrichment stage: slow lookups that never stall checkpoints or offset commits.
+
+A synchronous lookup of L seconds caps a slot at 1/L records/s and, because PyFlink
+flushes its bundle before every checkpoint barrier, holds every checkpoint (and so every
+offset commit) hostage. Async I/O keeps up to `capacity` lookups in flight; each record's
+fate on timeout or error is decided here, by `enrichment.on_failure`:
+
+- retries with backoff first (`retries`, `backoff`), each attempt bounded by `timeout`;
+- then `mark-missing`: emit the record with `enrichment: null` and the reason, or
+- `fail`: raise, so the job fails and the restart strategy takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Protocol
+
+from pipelines.settings import EnrichmentSettings, OnFailure
+
+
+class EnrichmentFailed(Exception):
+    """Raised under `on_failure: fail` once retries are exhausted."""
+
+
+class EnrichmentClient(Protocol):
+    """What the stage needs from a lookup service. Swap in your own."""
+
+    async def lookup(self, record: dict) -> dict: ...
+
+    async def close(self) -> None: ...
+
+
+class HttpEnrichmentClient:
+    """GET {url}/lookup?company=... with one pooled aiohttp session per event loop."""
+
+    def __init__(self, url: str, timeout_ms: int, max_connections: int):
+        self.url = url.rstrip("/") + "/lookup"
+        self.timeout_ms = timeout_ms
+        self.max_connections = max_connections
+        self._session = None
+
+    async def _ensure(self):
+        if self._session is None:
+            import aiohttp
+
+            connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def lookup(self, record: dict) -> dict:
+        session = await self._ensure()
+        async with session.get(self.url, params={"company": str(record.get("company", ""))}) as resp:
+            if resp.status != 200:
+                raise EnrichmentFailed(f"HTTP {resp.status} from {self.url}")
+            return await resp.json()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+async def enrich_record(client: EnrichmentClient, record: dict, cfg: EnrichmentSettings) -> dict:
+    """One record through lookup, retries and the failure policy; returns the output record."""
+    reason = "not attempted"
+    attempts = cfg.retries + 1
+    for attempt in range(1, attempts + 1):
+        try:
+            profile = await asyncio.wait_for(client.lookup(record), cfg.timeout / 1000)
+            return {**record, "enrichment": profile}
+        except asyncio.TimeoutError:
+            reason = f"timeout after {cfg.timeout} ms"
+        except EnrichmentFailed as exc:
+            reason = str(exc)
+        except Exception as exc:  # noqa: BLE001 - connection refused, DNS, bad JSON...
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if attempt < attempts:
+            await asyncio.sleep(cfg.backoff * (2 ** (attempt - 1)) / 1000)
+    message = f"{reason} ({attempts} attempt{'s' if attempts > 1 else ''})"
+    if cfg.on_failure is OnFailure.FAIL:
+        raise EnrichmentFailed(f"enrichment of record {record.get('id')!r} failed: {message}")
+    return {**record, "enrichment": None, "enrichment_error": message}
+
+
+def worst_case_ms(cfg: EnrichmentSettings) -> int:
+    """How long one record can take through all attempts and backoffs."""
+    backoffs = sum(cfg.backoff * (2 ** i) for i in range(cfg.retries))
+    return (cfg.retries + 1) * cfg.timeout + backoffs
+
+
+def make_async_function(cfg: EnrichmentSettings):
+    """PyFlink AsyncFunction applying `enrich_record` to JSON strings."""
+    from pyflink.datastream.functions import AsyncFunction
+
+    class Enrich(AsyncFunction):
+        def __init__(self):
+            self.client: HttpEnrichmentClient | None = None
+
+        def open(self, runtime_context):
+            # The session is created lazily on the operator's event-loop thread.
+            self.client = HttpEnrichmentClient(cfg.url, cfg.timeout, cfg.capacity)
+
+        async def async_invoke(self, value: str):
+            record = json.loads(value)
+            return [json.dumps(await enrich_record(self.client, record, cfg), sort_keys=True)]
+
+        def timeout(self, value: str):
+            # Only reached if enrich_record overruns its own bound: treat like any failure.
+            if cfg.on_failure is OnFailure.FAIL:
+                raise EnrichmentFailed(f"enrichment overran {worst_case_ms(cfg)} ms")
+            record = json.loads(value)
+            return [json.dumps({**record, "enrichment": None,
+                                "enrichment_error": "overall timeout"}, sort_keys=True)]
+
+        def close(self):
+            self.client = None
+
+    return Enrich()
+
+
+def apply_enrichment(stream, cfg: EnrichmentSettings):
+    """Wire the async stage into a stream of JSON strings."""
+    from pyflink.common import Time, Types
+    from pyflink.datastream import AsyncDataStream
+
+    # Flink's own timeout is a safety net above our per-attempt bound, not the policy.
+    overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
+    wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
+    return wait(stream, make_async_function(cfg), overall, cfg.capacity, Types.STRING())

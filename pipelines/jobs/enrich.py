@@ -1,0 +1,42 @@
+"""Kafka -> parse -> slow async enrichment -> Kafka, exactly once; bad records to dead letters.
+
+The job of shared/seeds/000: a slow external lookup per record. Done right: the lookup is
+async, so checkpoints (and the offset commits that ride on them) keep completing while
+thousands of lookups are in flight.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pipelines.settings import Settings
+
+
+def build(env, settings: Settings) -> None:
+    from pyflink.common import Types, WatermarkStrategy
+
+    from pipelines.enrichment import apply_enrichment
+    from pipelines.kafka import build_sink, build_source, origin_type_info
+    from pipelines.parse import make_parse_function
+
+    raw = env.from_source(build_source(settings), WatermarkStrategy.no_watermarks(),
+                          "kafka-source", type_info=origin_type_info()).uid("kafka-source")
+    parse_fn, dead_letters_tag = make_parse_function(settings.parse, settings.faults,
+                                                     settings.job.name)
+    parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
+    enriched = apply_enrichment(parsed, settings.enrichment).name("enrich").uid("enrich")
+    enriched.sink_to(build_sink(settings)).name("kafka-sink").uid("kafka-sink")
+    if settings.sink.dead_letter_topic:
+        (parsed.get_side_output(dead_letters_tag)
+         .sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
+         .name("dead-letter-sink").uid("dead-letter-sink"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pipelines.runner import job_main
+
+    job_main("enrich", build, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()
