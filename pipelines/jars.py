@@ -8,6 +8,7 @@ its jars here first, so the failure is one line that says what to run.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,10 +18,17 @@ from pipelines.settings import PROJECT_ROOT
 
 JARS_DIR = PROJECT_ROOT / "jars"
 MANIFEST = JARS_DIR / "manifest.txt"
-LIB_DIR = JARS_DIR / "lib"
+LIB_DIR = Path(os.environ.get("PIPELINES_JAR_LIB", JARS_DIR / "lib"))
 SRC_DIR = JARS_DIR / "src"
 BUILD_DIR = JARS_DIR / "build"
 PROJECT_JAR = LIB_DIR / "pipelines-flink.jar"
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
 
 
 class JarError(Exception):
@@ -60,7 +68,7 @@ def sha256_of(path: Path) -> str:
 
 
 def _check(jar: PinnedJar) -> str | None:
-    rel = jar.path.relative_to(PROJECT_ROOT)
+    rel = _shown(jar.path)
     if not jar.path.is_file():
         return f"missing jar {rel} ({jar.coordinates}): run `make jars`"
     actual = sha256_of(jar.path)
@@ -74,7 +82,7 @@ def _project_jar_problem() -> str | None:
     sources = list(SRC_DIR.rglob("*.java"))
     if not sources:
         return None
-    rel = PROJECT_JAR.relative_to(PROJECT_ROOT)
+    rel = _shown(PROJECT_JAR)
     if not PROJECT_JAR.is_file():
         return f"missing jar {rel} (built from jars/src): run `make jars`"
     built = PROJECT_JAR.stat().st_mtime
@@ -138,7 +146,7 @@ def build_project_jar(log=print) -> None:
     sources = sorted(SRC_DIR.rglob("*.java"))
     if not sources or _project_jar_problem() is None:
         if sources:
-            log(f"ok       {PROJECT_JAR.relative_to(PROJECT_ROOT)}")
+            log(f"ok       {_shown(PROJECT_JAR)}")
         return
     if shutil.which("javac") is None or shutil.which("jar") is None:
         raise JarError("javac/jar not on PATH: install a JDK (17) to build jars/src")
@@ -152,4 +160,4 @@ def build_project_jar(log=print) -> None:
     if compiled.returncode != 0:
         raise JarError(f"javac failed on jars/src: {compiled.stderr.strip()}")
     subprocess.run(["jar", "cf", str(PROJECT_JAR), "-C", str(classes), "."], check=True)
-    log(f"built    {PROJECT_JAR.relative_to(PROJECT_ROOT)}")
+    log(f"built    {_shown(PROJECT_JAR)}")

@@ -1,0 +1,99 @@
+"""Preflight rules that ask a real broker, through `pipelines doctor`, with their messages."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from pipelines.devtools.kafka_broker import Broker
+from pipelines.devtools.topics import create_topics
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def doctor(kafka, names, *extra, check=False):
+    args = ["doctor", "passthrough",
+            "--set", f"kafka.bootstrap_servers={kafka}",
+            "--set", f"source.topics=[{names('in')}]",
+            "--set", f"source.group_id={names('group')}",
+            "--set", f"sink.topic={names('out')}",
+            "--set", f"sink.transactional_id_prefix={names('tx')}", *extra]
+    return run_cli(*args, check=check, timeout=60)
+
+
+@pytest.fixture
+def topics(kafka, names):
+    create_topics(kafka, {names("in"): 3, names("out"): 3})
+
+
+def test_clean_config_passes(kafka, names, topics):
+    proc = doctor(kafka, names)
+    assert proc.returncode == 0, proc.stderr
+    assert "passthrough: config valid, preflight passed, jars present" in proc.stdout
+
+
+def test_transaction_timeout_above_default_broker_max(kafka, names, topics):
+    proc = doctor(kafka, names, "--set", "sink.transaction_timeout=16min")
+    assert proc.returncode == 2
+    assert ("error: sink.transaction_timeout: 960000 ms (16min) is above the broker's "
+            "transaction.max.timeout.ms=900000 (15min): the producer's InitProducerId would fail. "
+            "Lower sink.transaction_timeout to at most 900000, or raise "
+            "transaction.max.timeout.ms on the broker") in proc.stdout
+    assert proc.stderr.strip() == "error: preflight found 1 error(s); nothing was started"
+
+
+def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
+    """A broker configured with a 5 min limit refuses a 10 min timeout that 15 min allows."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    strict = Broker(state_dir=tmp_path / "kafka", port=port, transaction_max_timeout_ms=300_000)
+    strict.up(log=lambda *_: None)
+    try:
+        bootstrap = strict.bootstrap
+        create_topics(bootstrap, {names("in"): 1, names("out"): 1})
+        proc = doctor(bootstrap, names, "--set", "sink.transaction_timeout=10min")
+        assert proc.returncode == 2
+        assert ("600000 ms (10min) is above the broker's transaction.max.timeout.ms=300000 (5min)"
+                in proc.stdout)
+    finally:
+        strict.down(log=lambda *_: None)
+
+
+def test_missing_topics_are_named(kafka, names):
+    proc = doctor(kafka, names)
+    assert proc.returncode == 2
+    assert f"error: source.topics: topic '{names('in')}' does not exist on {kafka}" in proc.stdout
+    assert f"error: sink.topic: topic '{names('out')}' does not exist on {kafka}" in proc.stdout
+
+
+def test_specific_offset_on_missing_partition(kafka, names, topics):
+    proc = doctor(kafka, names, "--set", "source.start.mode=specific-offsets",
+                  "--set", f"source.start.offsets=[{{topic: {names('in')}, partition: 5, offset: 0}}]")
+    assert proc.returncode == 2
+    assert (f"error: source.start.offsets: {names('in')}:5 does not exist; the topic has "
+            f"partitions 0..2") in proc.stdout
+
+
+def test_parallelism_above_partitions_warns_but_passes(kafka, names, topics):
+    proc = doctor(kafka, names, "--set", "job.parallelism=5")
+    assert proc.returncode == 0
+    assert (f"warning: job.parallelism: 5 is above the 3 partition(s) of {names('in')}: "
+            f"2 source subtask(s) will sit idle") in proc.stdout
+
+
+def test_unreachable_broker_is_one_line_within_seconds(names):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    started = time.monotonic()
+    proc = doctor(f"127.0.0.1:{port}", names)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2
+    assert (f"error: kafka.bootstrap_servers: no Kafka broker answered at 127.0.0.1:{port} within "
+            f"5s (start one with `make kafka-up`)") in proc.stdout
+    assert "Traceback" not in proc.stderr and "py4j" not in proc.stderr.lower()
+    assert elapsed < 20  # interpreter start + a 5 s probe, not a hang
