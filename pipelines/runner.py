@@ -71,15 +71,21 @@ def load_job(job: str):
 
 
 def explain_java_error(exc: BaseException) -> str | None:
-    """The first meaningful line of a Py4J error, or None when it is not one."""
-    text = str(exc)
-    if "Py4JJavaError" not in type(exc).__name__ and "py4j" not in type(exc).__module__:
+    """The root cause of a Py4J error in one line, or None when it is not one.
+
+    Flink wraps the real reason (say NoOffsetForPartitionException) in several layers of
+    JobExecutionException; the last `Caused by:` is the one a user can act on.
+    """
+    if "py4j" not in type(exc).__module__ and "Py4J" not in type(exc).__name__:
         return None
-    for line in text.splitlines():
-        line = line.strip()
-        if ("Exception" in line or "Error" in line) and ":" in line and not line.startswith("at "):
-            return line
-    return text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.strip() for line in str(exc).splitlines()]
+    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
+    if causes:
+        return causes[-1]
+    for line in lines:
+        if ("Exception" in line or "Error" in line) and not line.startswith("at "):
+            return line.lstrip(": ")
+    return lines[0] if lines else type(exc).__name__
 
 
 def guarded(action: Callable[[], int], secrets: list[str] | None = None) -> int:
