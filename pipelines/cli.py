@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipelines", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    _job_parser(sub, "run", "run a job on a local Flink mini-cluster, with progress")
+    run = _job_parser(sub, "run", "run a job on a local Flink mini-cluster, with progress")
+    run.add_argument("--savepoint-on-stop", action="store_true",
+                     help="on Ctrl-C, stop with a savepoint instead of cancelling")
     submit = _job_parser(sub, "submit", "submit a job with `flink run` to the local standalone cluster")
     submit.add_argument("--detached", action="store_true", help="return once submitted")
     _job_parser(sub, "doctor", "validate the config and run the broker-aware preflight checks")
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     load_job(args.job)
     result = run_local(args.job, args)
-    return 0 if result.status in ("FINISHED", "CANCELED") else 1
+    return 0 if result.status in ("FINISHED", "CANCELED", "STOPPED") else 1
 
 
 def _submit(args) -> int:

@@ -60,6 +60,8 @@ def starting_offsets(settings: Settings):
 def source_properties(settings: Settings) -> dict[str, str]:
     src = settings.source
     props = settings.kafka.client_properties()
+    props["max.poll.records"] = str(src.max_poll_records or settings.enrichment.capacity)
+    props.update(src.properties)
     props["isolation.level"] = src.isolation_level.value
     props["commit.offsets.on.checkpoint"] = str(src.commit_offsets_on_checkpoint).lower()
     # Flink commits on checkpoints; Kafka's own periodic auto-commit would race it.

@@ -168,17 +168,39 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
                 log(line)
             _wait_done(outcome, progress_every)
     except KeyboardInterrupt:
-        log("stopping: cancelling the job (retained checkpoints stay on disk)")
-        client.cancel().result()
-        status = "CANCELED"
+        status = _stop(client, loaded.settings, getattr(args, "savepoint_on_stop", False), log)
     checkpoints = monitor.completed_checkpoints()
-    if status != "CANCELED":
+    if status == "FINISHED":
         try:
             outcome.result()
         except Exception as exc:  # noqa: BLE001
             raise Failure(f"job {job} failed: {explain_java_error(exc) or exc}") from None
     log(f"job {job} {status.lower()}")
     return RunResult(job_id, status, checkpoints)
+
+
+def _stop(client, settings, savepoint: bool, log) -> str:
+    """Ctrl-C: stop with a savepoint when asked, else cancel (retained checkpoints stay)."""
+    if savepoint:
+        target = settings.checkpoint.savepoints.replace("{job}", settings.job.name)
+        log("stopping: taking a savepoint, then stopping the job")
+        path = _stop_with_savepoint(client, target)
+        log(f"savepoint written to {path}")
+        log(f"resume with: pipelines run {settings.job.name} --from-checkpoint {path}")
+        return "STOPPED"
+    log("stopping: cancelling the job (retained checkpoints stay on disk; resume with "
+        "--from-checkpoint latest)")
+    client.cancel().result()
+    return "CANCELED"
+
+
+def _stop_with_savepoint(client, target: str) -> str:
+    """PyFlink 2.2's JobClient.stop_with_savepoint calls a Java signature that no longer
+    exists (it lacks the SavepointFormatType argument); call the Java client directly."""
+    from pyflink.java_gateway import get_gateway
+
+    fmt = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    return str(client._j_job_client.stopWithSavepoint(False, target, fmt).get())
 
 
 def _wait_done(future, seconds: float) -> None:
@@ -218,8 +240,9 @@ class ProgressMonitor:
         latest = (cps.get("latest") or {}).get("completed") or {}
         counts = cps.get("counts", {})
         self._last_checkpoints = counts.get("completed", self._last_checkpoints)
-        cp = (f"last checkpoint #{latest['id']} took {latest.get('end_to_end_duration', 0)} ms"
-              if latest else "no checkpoint yet")
+        slowest = ((cps.get("summary") or {}).get("end_to_end_duration") or {}).get("max", 0)
+        cp = (f"last checkpoint #{latest['id']} took {latest.get('end_to_end_duration', 0)} ms, "
+              f"slowest {slowest} ms" if latest else "no checkpoint yet")
         return (f"records in {read}, out {sent} | {cp} | checkpoints "
                 f"{counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed")
 

@@ -51,9 +51,13 @@ def delete_topics(bootstrap: str, topics: Iterable[str], timeout: float = 30.0) 
 def produce(bootstrap: str, topic: str, values: Iterable[bytes | str],
             partition: int | None = None, timestamps: Iterable[int] | None = None,
             keys: Iterable[bytes | str | None] | None = None) -> int:
-    """Produce values in order (to one partition when given); returns how many were sent."""
+    """Produce values in order: to one partition when given, else round-robin over all
+    partitions (a sticky partitioner would put a fast burst on one). Returns the count."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "linger.ms": 5})
+    spread = None
+    if partition is None and keys is None:
+        spread = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
     stamps = iter(timestamps) if timestamps is not None else None
     key_iter = iter(keys) if keys is not None else None
     count = 0
@@ -61,6 +65,8 @@ def produce(bootstrap: str, topic: str, values: Iterable[bytes | str],
         kwargs = {}
         if partition is not None:
             kwargs["partition"] = partition
+        elif spread:
+            kwargs["partition"] = count % spread
         if stamps is not None:
             kwargs["timestamp"] = next(stamps)
         if key_iter is not None:

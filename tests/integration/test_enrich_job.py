@@ -1,0 +1,144 @@
+"""The enrichment job end to end: the report's scenario, savepoints, dead letters, cluster."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.enrichment_service import company_profile
+from pipelines.devtools.topics import committed_offsets, create_topics, end_offsets, produce, read_all
+from tests.conftest import run_cli
+from tests.integration.helpers import RunningJob
+
+pytestmark = pytest.mark.integration
+
+
+def enrich_args(kafka, names, service, *extra, out="out"):
+    return ["enrich",
+            "--set", f"kafka.bootstrap_servers={kafka}",
+            "--set", f"source.topics=[{names('in')}]",
+            "--set", f"source.group_id={names('group')}",
+            "--set", f"sink.topic={names(out)}",
+            "--set", f"sink.dead_letter_topic={names('dlq')}",
+            "--set", f"sink.transactional_id_prefix={names('tx')}-{out}",
+            "--set", f"enrichment.url={service.url}",
+            *extra]
+
+
+def _decoded(kafka, topic) -> list[dict]:
+    return [json.loads(v) for v in read_all(kafka, topic)]
+
+
+def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(kafka, names,
+                                                                        enrichment_service):
+    """shared/seeds/000 scaled down: 3 partitions, 3000 records, 250 ms lookups, 3 slots,
+    2 s checkpoints. The topic takes ~10 checkpoint intervals to work through."""
+    total = 3000
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("out2"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(total))
+    enrichment_service.configure(latency_ms=250)
+    job = RunningJob(*enrich_args(kafka, names, enrichment_service,
+                                  "--set", "job.parallelism=3", "--set", "enrichment.capacity=5",
+                                  "--set", "checkpoint.interval=2s"))
+    samples: list[tuple[float, int]] = []  # (when, committed total)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and job.proc.poll() is None:
+            offsets = committed_offsets(kafka, names("group"), names("in"))
+            samples.append((time.monotonic(), sum(max(o, 0) for o in offsets.values())))
+            if samples[-1][1] >= total * 0.5:
+                break
+            time.sleep(0.25)
+        stats = job.checkpoint_stats()
+    finally:
+        assert job.interrupt() == 0, job.output
+    totals = [t for _, t in samples]
+    moved_at = [when for (when, t), (_, before) in zip(samples[1:], samples) if t > before]
+    gaps = [b - a for a, b in zip(moved_at, moved_at[1:])]
+    completed = stats["counts"]["completed"]
+    slowest = stats["summary"]["end_to_end_duration"]["max"]
+    failed = [h for h in stats["history"] if h["status"] == "FAILED"]
+    print(f"committed totals while running: {sorted(set(totals))}; longest gap between moves "
+          f"{max(gaps, default=0):.1f} s; {completed} checkpoints completed, slowest {slowest} ms, "
+          f"{len(failed)} failed after starting")
+    assert totals == sorted(totals), "committed offsets went backwards"
+    assert totals[-1] >= total * 0.5, f"offsets stalled at {totals[-1]}:\n{job.output}"
+    assert failed == []
+    # No checkpoint waits for more than about two enrichment timeouts (2 s each here).
+    assert slowest <= 4000
+    # While records remain, every checkpoint (2 s apart) moves the committed offsets.
+    assert len(moved_at) >= 5
+    assert max(gaps) <= 2 * 2.0 + 1.0
+
+    stopped_at = committed_offsets(kafka, names("group"), names("in"))
+    ends = end_offsets(kafka, names("in"))
+    # Restart with group-offsets into a second output topic: it starts where the group stopped.
+    enrichment_service.configure(latency_ms=5)
+    run_cli("run", *enrich_args(kafka, names, enrichment_service, "--set", "source.bounded=true",
+                                "--set", "enrichment.capacity=100", out="out2"))
+    second = _decoded(kafka, names("out2"))
+    first_offsets = {}
+    for record in second:
+        p, o = record["source"]["partition"], record["source"]["offset"]
+        first_offsets[p] = min(o, first_offsets.get(p, o))
+    assert first_offsets == {p: o for p, o in stopped_at.items() if o < ends[p]}
+    assert len(second) == sum(ends[p] - stopped_at[p] for p in ends)
+    first = _decoded(kafka, names("out"))
+    assert {r["id"] for r in first} | {r["id"] for r in second} == set(range(total))
+
+
+def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(kafka, names,
+                                                                           enrichment_service):
+    total, bad_every = 1500, 50
+    values = demo_values(total, bad_every=bad_every)
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), values)
+    enrichment_service.configure(latency_ms=100)
+    args = enrich_args(kafka, names, enrichment_service, "--set", "enrichment.capacity=10",
+                       "--set", "checkpoint.interval=1s")
+    first = RunningJob(*args, "--savepoint-on-stop")
+    try:
+        first.wait_for(r"records in (\d{3,})", 120)
+    finally:
+        assert first.interrupt() == 0, first.output
+    savepoint = first.wait_for(r"savepoint written to (\S+)").group(1)
+
+    enrichment_service.configure(latency_ms=5)
+    second = RunningJob(*args, "--from-checkpoint", savepoint)
+    valid_ids = {json.loads(v)["id"] for v in values if v.startswith(b'{"id"')}
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            out, dlq = _decoded(kafka, names("out")), _decoded(kafka, names("dlq"))
+            if len(out) + len(dlq) >= total:
+                break
+            time.sleep(2)
+    finally:
+        assert second.interrupt() == 0, second.output
+    out, dlq = _decoded(kafka, names("out")), _decoded(kafka, names("dlq"))
+    print(f"input {total}, output {len(out)}, dead letters {len(dlq)}")
+    assert f"resuming from {savepoint}" in second.output
+    assert sorted(r["id"] for r in out) == sorted(valid_ids)  # each exactly once
+    assert len(out) + len(dlq) == total
+    assert all(r["enrichment"] == company_profile(r["company"]) for r in out)
+    bad_origins = sorted((d["origin"]["partition"], d["origin"]["offset"]) for d in dlq)
+    assert len(set(bad_origins)) == total // bad_every
+    assert {d["error"] for d in dlq} == {
+        "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2",
+        "missing required field(s): id"}
+
+
+@pytest.mark.cluster
+def test_enrich_submitted_with_flink_run(kafka, names, enrichment_service, flink_cluster):
+    total = 400
+    create_topics(kafka, {names("in"): 2, names("out"): 2, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(total, bad_every=40))
+    proc = run_cli("submit", *enrich_args(kafka, names, enrichment_service,
+                                          "--set", "source.bounded=true"))
+    assert "Job has been submitted with JobID" in proc.stdout
+    out, dlq = _decoded(kafka, names("out")), _decoded(kafka, names("dlq"))
+    assert sorted(r["id"] for r in out) == [i for i in range(total) if i % 40 != 39]
+    assert len(dlq) == total // 40
