@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CLI    := $(VENV)/bin/pipelines
 STAMP  := $(VENV)/.installed
-JOB    ?= passthrough
+JOB    ?= enrich
 RECORDS ?= 2000
 PYTEST_ARGS ?=
 
@@ -53,7 +53,7 @@ enrichment-down: venv
 demo: venv kafka-up ## create the job's topics and produce $(RECORDS) demo records
 	$(CLI) demo $(JOB) --records $(RECORDS)
 
-run: venv jars kafka-up demo ## set everything up and run the main job on demo data (Ctrl-C stops)
+run: venv jars kafka-up enrichment-up demo ## set everything up and run the main job on demo data (Ctrl-C stops)
 	$(CLI) run $(JOB)
 
 test: venv jars kafka-up ## set everything up and run the whole test suite

@@ -66,8 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = HANDLERS[args.command]
-    code = guarded(lambda: handler(args))
-    sys.stdout.flush()
+    try:
+        code = guarded(lambda: handler(args))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `pipelines config show enrich | head`
+        sys.stderr.close()
+        return 0
     return code
 
 

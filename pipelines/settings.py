@@ -74,7 +74,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
 
+DURATION_FIELDS: set[str] = set()
+
+
 def _duration_fields(*names: str):
+    DURATION_FIELDS.update(names)
     return field_validator(*names, mode="before")(lambda cls, v: None if v is None else parse_duration_ms(v))
 
 
@@ -680,6 +684,8 @@ def mask_value(key: str, value: Any) -> str:
         return "******" if value not in ("", None) else ""
     if isinstance(value, (list, dict)):
         return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    if isinstance(value, int) and key.rsplit(".", 1)[-1] in DURATION_FIELDS:
+        return format_ms(value)
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import sys
 
-from pipelines.settings import Settings
+from pipelines.settings import ConfigError, Settings
 
 
 def build(env, settings: Settings) -> None:
+    if not settings.sink.dead_letter_topic:
+        raise ConfigError("sink.dead_letter_topic: required by the enrich job; malformed "
+                          "records must go somewhere, never silently dropped")
     from pyflink.common import Types, WatermarkStrategy
 
     from pipelines.enrichment import apply_enrichment
@@ -26,10 +29,9 @@ def build(env, settings: Settings) -> None:
     parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
     enriched = apply_enrichment(parsed, settings.enrichment).name("enrich").uid("enrich")
     enriched.sink_to(build_sink(settings)).name("kafka-sink").uid("kafka-sink")
-    if settings.sink.dead_letter_topic:
-        (parsed.get_side_output(dead_letters_tag)
-         .sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
-         .name("dead-letter-sink").uid("dead-letter-sink"))
+    (parsed.get_side_output(dead_letters_tag)
+     .sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
+     .name("dead-letter-sink").uid("dead-letter-sink"))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,44 @@
+"""The CLI's printouts: provenance and masking, as a user sees them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.unit
+
+
+def show(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "config", "show", *args],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})}, timeout=60)
+
+
+def test_config_show_masks_secrets_and_names_sources():
+    secret = "hunter2-not-for-logs"
+    proc = show("enrich", "--set", "kafka.security.protocol=SASL_SSL",
+                "--set", "kafka.security.sasl_mechanism=PLAIN",
+                "--set", "kafka.security.username=svc",
+                "--set", "kafka.properties.ssl.key.password=also-secret",
+                env={"PIPELINES__KAFKA__SECURITY__PASSWORD": secret})
+    assert proc.returncode == 0, proc.stderr
+    assert secret not in proc.stdout and "also-secret" not in proc.stdout
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert rows["kafka.security.password"].split()[1] == "******"
+    assert rows["kafka.security.password"].endswith("# env PIPELINES__KAFKA__SECURITY__PASSWORD")
+    assert rows["kafka.properties.ssl.key.password"].split()[1] == "******"
+    assert rows["checkpoint.interval"].split()[1] == "5s"
+    assert rows["checkpoint.interval"].endswith("# conf/base/enrich.yaml")
+    assert rows["kafka.security.username"].endswith("# --set")
+
+
+def test_bad_config_is_one_error_and_exit_2():
+    proc = show("enrich", "--set", "sink.delivery=twice")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: --set: sink.delivery: 'twice' is not allowed; "
+                                   "allowed: exactly-once, at-least-once, none")
