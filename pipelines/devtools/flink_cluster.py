@@ -163,6 +163,25 @@ class Cluster:
                 pids.append(int(proc.name))
         return pids
 
+    def start_taskmanager(self, wait_s: float = 60.0) -> None:
+        """Start one more TaskManager (e.g. after one was killed)."""
+        subprocess.run([str(flink_home() / "bin" / "taskmanager.sh"), "start"],
+                       env=self.environ(), capture_output=True, text=True, check=True)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            info = self.overview()
+            if info and info.get("taskmanagers", 0) >= 1:
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"no TaskManager registered within {wait_s:.0f}s")
+
+    def job(self, job_id: str) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/jobs/{job_id}", timeout=5) as resp:
+                return json.load(resp)
+        except Exception:  # noqa: BLE001
+            return None
+
     def log_tail(self, lines: int = 20) -> str:
         logs = sorted(self.log_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
         if not logs:

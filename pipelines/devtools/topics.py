@@ -9,8 +9,12 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+_COORDINATOR_NOT_READY = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                          KafkaError.COORDINATOR_NOT_AVAILABLE}
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -136,13 +140,28 @@ def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted")
         consumer.close()
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offset per partition, as the broker stores it (-1001: none)."""
+def committed_offsets(bootstrap: str, group: str, topic: str,
+                      retry_s: float = 15.0) -> dict[int, int]:
+    """The group's committed offset per partition, as the broker stores it (-1001: none).
+
+    A fresh broker answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while it creates
+    __consumer_offsets; those are retried for up to `retry_s`.
+    """
+    deadline = time.monotonic() + retry_s
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False})
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        parts = consumer.committed([TopicPartition(topic, p) for p in meta.partitions], timeout=10)
-        return {tp.partition: tp.offset for tp in parts}
+        while True:
+            try:
+                parts = consumer.committed([TopicPartition(topic, p) for p in meta.partitions],
+                                           timeout=10)
+                return {tp.partition: tp.offset for tp in parts}
+            except KafkaException as exc:
+                error = exc.args[0]
+                transient = error.retriable() or error.code() in _COORDINATOR_NOT_READY
+                if not transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()

@@ -1,0 +1,196 @@
+"""Exactly once under faults: kill things, then demand every input id exactly once.
+
+Each test feeds N uniquely numbered records, breaks something mid-stream, lets the job
+recover, and reads the output with read_committed: the multiset of ids must equal the
+input set (nothing lost, nothing twice), and no transaction may be left open (the last
+stable offset reaches the log end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.kafka_broker import Broker
+from pipelines.devtools.topics import committed_offsets, create_topics, end_offsets, produce, read_all
+from tests.conftest import CLI, ROOT, run_cli
+from tests.integration.helpers import RunningJob
+
+pytestmark = pytest.mark.integration
+
+N = 3000
+
+
+@pytest.fixture
+def job(kafka, names, enrichment_service, tmp_path):
+    """Topics with N records, and the enrich job's arguments for them."""
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(N))
+    args = ["enrich",
+            "--set", f"kafka.bootstrap_servers={kafka}",
+            "--set", f"source.topics=[{names('in')}]",
+            "--set", f"source.group_id={names('group')}",
+            "--set", f"sink.topic={names('out')}",
+            "--set", f"sink.dead_letter_topic={names('dlq')}",
+            "--set", f"sink.transactional_id_prefix={names('tx')}",
+            "--set", f"enrichment.url={enrichment_service.url}",
+            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
+            "--set", f"checkpoint.savepoints=file://{tmp_path}/savepoints",
+            "--set", "checkpoint.interval=1s",
+            "--set", "enrichment.capacity=20",
+            "--set", "source.bounded=true"]
+    enrichment_service.configure(latency_ms=20)
+    return args
+
+
+def assert_exactly_once(kafka, topic, label: str) -> list[dict]:
+    records = [json.loads(v) for v in read_all(kafka, topic)]
+    counts = Counter(r["id"] for r in records)
+    duplicates = {i: c for i, c in counts.items() if c > 1}
+    missing = set(range(N)) - set(counts)
+    print(f"[{label}] input {N}, output {len(records)}, distinct {len(counts)}, "
+          f"duplicates {len(duplicates)}, missing {len(missing)}")
+    assert not duplicates, f"ids written more than once: {sorted(duplicates)[:20]}"
+    assert not missing, f"ids lost: {sorted(missing)[:20]}"
+    assert len(records) == N
+    # No transaction left open: read_committed can reach the end of every partition.
+    assert end_offsets(kafka, topic, "read_committed") == end_offsets(kafka, topic)
+    return records
+
+
+def progress(kafka, names) -> int:
+    return sum(max(o, 0) for o in committed_offsets(kafka, names("group"), names("in")).values())
+
+
+def wait_until(predicate, timeout: float, what: str, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names, job, tmp_path):
+    run_cli("run", *job, "--set", "faults.fail_after_records=1000",
+            "--set", f"faults.marker_dir={tmp_path}", "--set", "restart.delay=1s")
+    assert (tmp_path / "fault-fired-0").exists(), "the fault never fired"
+    assert_exactly_once(kafka, names("out"), "task failure")
+
+
+def test_killed_minicluster_process_resumes_from_latest_checkpoint(kafka, names, job,
+                                                                  enrichment_service):
+    enrichment_service.configure(latency_ms=100)
+    proc = subprocess.Popen([*CLI, "run", *job], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI, its JVM and its Python workers
+        proc.wait(timeout=30)
+    killed_at = progress(kafka, names)
+    assert killed_at < N
+    enrichment_service.configure(latency_ms=5)
+    resumed = run_cli("run", *job, "--from-checkpoint", "latest")
+    assert re.search(r"resuming from file://\S+/chk-\d+", resumed.stdout), resumed.stdout
+    assert_exactly_once(kafka, names("out"), f"mini-cluster SIGKILL at {killed_at}")
+
+
+@pytest.mark.cluster
+def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(kafka, names, job,
+                                                                  enrichment_service,
+                                                                  flink_cluster):
+    enrichment_service.configure(latency_ms=100)
+    submitted = run_cli("submit", *job, "--detached", "--set", "restart.attempts=20",
+                        "--set", "restart.delay=2s")
+    job_id = re.search(r"JobID ([0-9a-f]{32})", submitted.stdout).group(1)
+    try:
+        wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
+        pids = flink_cluster.taskmanager_pids()
+        assert pids, "no TaskManager process found"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        killed_at = progress(kafka, names)
+        enrichment_service.configure(latency_ms=5)
+        flink_cluster.start_taskmanager()
+        wait_until(lambda: (flink_cluster.job(job_id) or {}).get("state") == "FINISHED", 240,
+                   "the job to finish after the TaskManager came back", every=2)
+    finally:
+        state = (flink_cluster.job(job_id) or {}).get("state")
+        if state not in (None, "FINISHED", "CANCELED", "FAILED"):
+            subprocess.run([*CLI, "cluster", "status"], cwd=ROOT)
+    assert_exactly_once(kafka, names("out"), f"TaskManager SIGKILL at {killed_at}")
+
+
+def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichment_service):
+    enrichment_service.configure(latency_ms=100)
+    first = RunningJob(*job, "--savepoint-on-stop", "--set", "job.parallelism=1")
+    try:
+        wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
+    finally:
+        assert first.interrupt() == 0, first.output
+    savepoint = first.wait_for(r"savepoint written to (\S+)").group(1)
+    enrichment_service.configure(latency_ms=5)
+    resumed = run_cli("run", *job, "--from-checkpoint", savepoint, "--set", "job.parallelism=3")
+    assert f"resuming from {savepoint}" in resumed.stdout
+    assert_exactly_once(kafka, names("out"), "savepoint p1 -> p3")
+
+
+def test_broker_restart_mid_stream(kafka, names, job, enrichment_service):
+    if kafka != Broker().bootstrap:
+        pytest.skip("needs the jar-run local broker, which this test stops and starts")
+    enrichment_service.configure(latency_ms=60)
+    running = RunningJob(*job, "--set", "restart.attempts=30", "--set", "restart.delay=2s")
+    try:
+        wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
+        broker = Broker()
+        broker.down(log=lambda *_: None)
+        time.sleep(5)
+        broker.up(log=lambda *_: None)
+        assert running.wait(timeout=300) == 0, running.output
+    finally:
+        running.kill()
+    assert_exactly_once(kafka, names("out"), "broker restart")
+
+
+@pytest.mark.parametrize("policy", ["retry", "mark-missing", "fail"])
+def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_service, policy):
+    settings = {
+        # retries span the 3 s outage: 200+400+800+1600+3200 ms of backoff
+        "retry": ["--set", "enrichment.retries=5", "--set", "enrichment.backoff=200ms",
+                  "--set", "enrichment.timeout=500ms"],
+        "mark-missing": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
+                         "--set", "enrichment.on_failure=mark-missing"],
+        "fail": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
+                 "--set", "enrichment.on_failure=fail", "--set", "restart.attempts=20",
+                 "--set", "restart.delay=2s"],
+    }[policy]
+    enrichment_service.configure(latency_ms=40)
+    running = RunningJob(*job, *settings)
+    try:
+        wait_until(lambda: progress(kafka, names) >= N // 5, 120, "a fifth of the input")
+        enrichment_service.configure(down=True)
+        time.sleep(3)
+        enrichment_service.configure(down=False, latency_ms=5)
+        assert running.wait(timeout=300) == 0, running.output
+    finally:
+        running.kill()
+    records = assert_exactly_once(kafka, names("out"), f"outage, {policy}")
+    missing = [r for r in records if r["enrichment"] is None]
+    if policy == "mark-missing":
+        assert missing, "the outage should have left records marked missing"
+        assert {r["enrichment_error"] for r in missing} == {
+            f"HTTP 503 from {enrichment_service.url}/lookup (2 attempts)"}
+    else:
+        # retry: the retries outlast the outage; fail: failed, restarted, re-enriched.
+        assert missing == []
+    if policy == "fail":
+        assert "job enrich finished" in running.output
