@@ -39,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--partitions", type=int, default=3)
 
     kafka = sub.add_parser("kafka", help="the local jar-run Kafka broker")
-    kafka.add_argument("action", choices=["up", "down", "status"])
+    kafka.add_argument("action", choices=["up", "down", "status", "transactions"])
+    kafka.add_argument("tool_args", nargs=argparse.REMAINDER,
+                       help="transactions: arguments for Kafka's kafka-transactions tool, "
+                            "e.g. list | find-hanging --broker-id 1 | abort --topic T ...")
     kafka.add_argument("--transaction-max-timeout-ms", type=int,
                        help="broker transaction.max.timeout.ms (default: Kafka's 900000)")
 
@@ -151,6 +154,8 @@ def _kafka(args) -> int:
             broker.up()
         elif args.action == "down":
             broker.down()
+        elif args.action == "transactions":
+            return broker.transactions(args.tool_args)
         else:
             print(broker.status())
     except BrokerError as exc:

@@ -209,6 +209,15 @@ class Broker:
         return (f"kafka    {'ready' if self.ready() else 'NOT answering'} at {self.bootstrap} "
                 f"(pid {pid}, log {self.log_file})")
 
+    def transactions(self, args: list[str], bootstrap: str | None = None) -> int:
+        """Kafka's own `kafka-transactions` tool (list, describe, find-hanging, abort)."""
+        self.ensure_libs(log=lambda *_: None)
+        cmd = ["java", "-cp", f"{self.libs}/*",
+               f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+               "org.apache.kafka.tools.TransactionsCommand",
+               "--bootstrap-server", bootstrap or self.bootstrap, *args]
+        return subprocess.run(cmd).returncode
+
     def log_tail(self, lines: int = 15) -> str:
         text = ""
         for path in (self.log_file, self.state_dir / "stdout.log"):

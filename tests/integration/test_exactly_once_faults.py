@@ -115,6 +115,12 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(kafka, names,
         proc.wait(timeout=30)
     killed_at = progress(kafka, names)
     assert killed_at < N
+    # The killed job's open transaction holds the output's last stable offset back, and
+    # Kafka's transactions tool shows it, until a job with the same prefix takes over.
+    lso, hwm = end_offsets(kafka, names("out"), "read_committed"), end_offsets(kafka, names("out"))
+    assert any(lso[p] < hwm[p] for p in hwm), (lso, hwm)
+    listing = run_cli("kafka", "transactions", "list").stdout
+    assert re.search(rf"{names('tx')}-\S+\s+\d+\s+\d+\s+Ongoing", listing), listing
     enrichment_service.configure(latency_ms=5)
     resumed = resume_until_complete(kafka, names, *job, "--from-checkpoint", "latest")
     assert re.search(r"resuming from file://\S+/chk-\d+", resumed.output), resumed.output
