@@ -17,7 +17,8 @@ from pipelines.settings import FaultSettings, ParseSettings
 DEAD_LETTER_TAG = "dead-letters"
 
 
-def parse_value(value: bytes | None, required: list[str]) -> tuple[dict | None, str | None]:
+def parse_value(value: bytes | None, required: list[str],
+                event_time_field: str | None = None) -> tuple[dict | None, str | None]:
     """(record, None) when valid; (None, reason) otherwise."""
     if value is None:
         return None, "empty record (null value)"
@@ -34,6 +35,10 @@ def parse_value(value: bytes | None, required: list[str]) -> tuple[dict | None, 
     missing = [f for f in required if f not in record]
     if missing:
         return None, f"missing required field(s): {', '.join(missing)}"
+    if event_time_field is not None:
+        ts = record.get(event_time_field)
+        if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+            return None, f"{event_time_field} is not epoch milliseconds: {ts!r}"
     return record, None
 
 
@@ -57,7 +62,8 @@ class InjectedFault(RuntimeError):
     """Raised once by fault injection; the restart strategy must recover the job."""
 
 
-def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str):
+def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
+                        event_time_field: str | None = None):
     """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output."""
     from pyflink.common import Types
     from pyflink.datastream import OutputTag
@@ -74,7 +80,7 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str):
             self.seen += 1
             if faults.fail_after_records and self.seen >= faults.fail_after_records:
                 _maybe_fail(faults, self.subtask)
-            record, reason = parse_value(row.value, parse.required_fields)
+            record, reason = parse_value(row.value, parse.required_fields, event_time_field)
             if record is None:
                 yield tag, dead_letter(row, reason, job)
                 return
