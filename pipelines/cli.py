@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from pipelines.runner import Failure, guarded, job_arguments, load_job, prepare, run_local
 from pipelines.settings import effective_view, load_settings
@@ -27,6 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
     submit = _job_parser(sub, "submit", "submit a job with `flink run` to the local standalone cluster")
     submit.add_argument("--detached", action="store_true", help="return once submitted")
     _job_parser(sub, "doctor", "validate the config and run the broker-aware preflight checks")
+    package = _job_parser(sub, "package", "build what a cluster needs to run the job, print `flink run`")
+    package.add_argument("--out", help="output directory (default: dist/<job>)")
+    package.add_argument("--python", default=None,
+                         help="python on the cluster (default: this venv's python)")
+
+    new = sub.add_parser("new", help="create a job from an existing one: module, config, test")
+    new.add_argument("name")
+    new.add_argument("--from", dest="template", default="enrich",
+                     choices=["enrich", "windowed", "passthrough"])
+    new.add_argument("--root", default=None, help="project root to write into (default: this one)")
 
     config = sub.add_parser("config", help="inspect job configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -85,16 +96,29 @@ def _run(args) -> int:
 
 
 def _submit(args) -> int:
-    from pipelines import jars
-    from pipelines.devtools.flink_cluster import Cluster
+    """Package the job, then `flink run` the package: what the cluster runs is what a
+    cluster elsewhere would get, not this working tree."""
+    import subprocess
 
-    prepare(args.job, args)
+    from pipelines.devtools.flink_cluster import Cluster
+    from pipelines.settings import PROJECT_ROOT
+    from pipelines.templates import package_job
+
+    loaded = prepare(args.job, args)
     cluster = Cluster()
     if not cluster.overview():
         raise Failure(f"no Flink cluster answers at {cluster.url}: start one with `make cluster-up`")
-    forwarded = _forwarded_job_args(args) + ["--skip-preflight"]
-    proc = cluster.flink_run(f"pipelines.jobs.{args.job}", forwarded, jars.resolve(),
-                             detached=args.detached)
+    package = package_job(loaded, PROJECT_ROOT / ".local" / "packages" / args.job,
+                          python=sys.executable, flink=_flink(), rest_url=cluster.url)
+    extra = ["--skip-preflight"]
+    if args.from_checkpoint:
+        extra += ["--from-checkpoint", args.from_checkpoint]
+    command = package.command[:]
+    if args.detached:
+        command.insert(command.index("run") + 1, "--detached")
+    env = {**cluster.environ(), "PYTHONPATH": str(package.root)}
+    proc = subprocess.run(command + extra, env=env, capture_output=True, text=True,
+                          cwd=package.root)
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         tail = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()][-5:]
@@ -102,17 +126,44 @@ def _submit(args) -> int:
     return 0
 
 
-def _forwarded_job_args(args) -> list[str]:
-    out = []
-    if args.env:
-        out += ["--env", args.env]
-    if args.conf_dir:
-        out += ["--conf-dir", args.conf_dir]
-    for item in args.overrides:
-        out += ["--set", item]
-    if getattr(args, "from_checkpoint", None):
-        out += ["--from-checkpoint", args.from_checkpoint]
-    return out
+def _flink() -> str:
+    from pipelines.devtools.flink_cluster import flink_home
+
+    return str(flink_home() / "bin" / "flink")
+
+
+def _package(args) -> int:
+    from pipelines.settings import PROJECT_ROOT
+    from pipelines.templates import package_job
+
+    args.skip_preflight = True
+    loaded = prepare(args.job, args)
+    out = Path(args.out) if args.out else PROJECT_ROOT / "dist" / args.job
+    package = package_job(loaded, out.resolve(), python=args.python or sys.executable,
+                          flink=_flink())
+    print(f"packaged {args.job} into {package.root}")
+    print(f"  sources  {package.root / 'pipelines'}")
+    print(f"  config   {package.root / 'conf' / 'base' / (args.job + '.yaml')} (secrets as ${{env:...}})")
+    for jar in package.jars:
+        print(f"  jar      {jar}")
+    print("submit with (from any directory):")
+    print(f"  {package.root / 'SUBMIT.sh'}")
+    print("which runs:")
+    print("  PYTHONPATH=" + str(package.root) + " " + " ".join(package.command))
+    return 0
+
+
+def _new(args) -> int:
+    from pipelines.settings import PROJECT_ROOT
+    from pipelines.templates import new_job
+
+    root = Path(args.root).resolve() if args.root else PROJECT_ROOT
+    created = new_job(args.name, args.template, root)
+    for path in (created.module, created.config, created.test):
+        print(f"created {path.relative_to(root)}")
+    print(f"next: pipelines demo {args.name} && pipelines run {args.name}; "
+          f"tests: pytest {created.test.relative_to(root)}")
+    return 0
 
 
 def _doctor(args) -> int:
@@ -221,7 +272,8 @@ def _offsets(args) -> int:
 
 HANDLERS = {
     "run": _run, "submit": _submit, "doctor": _doctor, "config": _config, "demo": _demo,
-    "kafka": _kafka, "cluster": _cluster, "enrichment": _enrichment, "jars": _jars, "offsets": _offsets,
+    "kafka": _kafka, "cluster": _cluster, "enrichment": _enrichment,
+    "package": _package, "new": _new, "jars": _jars, "offsets": _offsets,
 }
 
 

@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -115,6 +116,7 @@ def job_main(job: str, build, argv: list[str]) -> None:
         loaded = prepare(job, args)
         from pipelines.environment import create_environment
 
+        print(f"job {job} from {Path(__file__).resolve().parent}", flush=True)
         env = create_environment(loaded.settings)
         build(env, loaded.settings)
         result = env.execute(job)

@@ -36,7 +36,8 @@ def kafka() -> str:
     from pipelines.devtools.kafka_broker import Broker
 
     broker = Broker()
-    broker.up(log=lambda *_: None)
+    if not broker.ready():  # reuse any broker already answering there (e.g. another checkout's)
+        broker.up(log=lambda *_: None)
     yield broker.bootstrap
 
 
@@ -51,11 +52,18 @@ def names(request):
     return make
 
 
+def job_env(extra: dict | None = None) -> dict:
+    """The environment for job processes: this checkout's `pipelines` first on the path,
+    for the CLI and for the Python workers Flink starts from it."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{ROOT}:{path}" if path else str(ROOT), **(extra or {})}
+
+
 def run_cli(*args: str, timeout: float = 300, env: dict | None = None,
             check: bool = True) -> subprocess.CompletedProcess:
     """Run `pipelines ...` as a user would, in a subprocess of its own."""
     proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env={**os.environ, **(env or {})})
+                          cwd=ROOT, env=job_env(env))
     if check and proc.returncode != 0:
         raise AssertionError(f"pipelines {' '.join(args)} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")

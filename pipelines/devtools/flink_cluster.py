@@ -188,15 +188,6 @@ class Cluster:
             return "(no log written)"
         return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
 
-    def flink_run(self, module: str, job_args: list[str], jar_paths: list[Path],
-                  detached: bool = False, parallelism: int | None = None,
-                  py_files: list[Path] | None = None,
-                  extra: list[str] | None = None) -> subprocess.CompletedProcess:
-        """`flink run` a Python job module against this cluster, exactly as a user would."""
-        cmd = submit_command(module, job_args, jar_paths, self.url, detached, parallelism,
-                             py_files, extra)
-        return subprocess.run(cmd, env=self.environ(), capture_output=True, text=True)
-
 
 def submit_command(module: str, job_args: list[str], jar_paths: list[Path], url: str,
                    detached: bool = False, parallelism: int | None = None,

@@ -8,7 +8,7 @@ import subprocess
 import threading
 import time
 
-from tests.conftest import CLI, ROOT
+from tests.conftest import CLI, ROOT, job_env
 
 PROGRESS = re.compile(r"checkpoints (\d+) completed, (\d+) failed")
 
@@ -17,11 +17,8 @@ class RunningJob:
     """`pipelines run ...` in the background, as a user runs it in a terminal."""
 
     def __init__(self, *args: str, env: dict | None = None):
-        import os
-
         self.proc = subprocess.Popen([*CLI, "run", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, **(env or {})})
+                                     stderr=subprocess.STDOUT, text=True, env=job_env(env))
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

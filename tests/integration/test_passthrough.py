@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -44,5 +44,8 @@ def test_flink_run_on_standalone_cluster_copies_topic_exactly(kafka, names, flin
     proc = run_cli("submit", "passthrough", *_job_args(names, kafka))
 
     assert "Job has been submitted with JobID" in proc.stdout
+    # The cluster ran the package `pipelines package` built, not this working tree.
+    assert f"job passthrough from {ROOT / '.local' / 'packages' / 'passthrough' / 'pipelines'}" \
+        in proc.stdout
     got = [v.decode() for v in read_all(kafka, names("out"), isolation="read_committed")]
     assert sorted(got) == sorted(_expected(700))

@@ -1,0 +1,223 @@
+"""Copying a job into a new one, and packaging a job for a cluster.
+
+`new` writes three files (job module, base config, smoke test) or none: every check runs
+before the first write. `package` builds a directory a cluster can run without this
+working tree: the Python sources, the effective config with secrets replaced by
+environment-variable references, the jars, and the exact `flink run` command.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from pipelines.settings import PROJECT_ROOT, ConfigError, Loaded, is_secret_key
+
+TEMPLATES = ("enrich", "windowed", "passthrough")
+
+
+@dataclass(frozen=True)
+class NewJob:
+    module: Path
+    config: Path
+    test: Path
+
+
+def _config_for(name: str, source: dict) -> dict:
+    """The template's config with every name a job must own replaced by the new job's."""
+    conf = yaml.safe_load(yaml.safe_dump(source))
+    conf["job"]["name"] = name
+    conf["source"]["topics"] = [f"{name}-in"]
+    conf["source"]["group_id"] = name
+    conf["sink"]["topic"] = f"{name}-out"
+    conf["sink"]["transactional_id_prefix"] = name
+    if conf["sink"].get("dead_letter_topic"):
+        conf["sink"]["dead_letter_topic"] = f"{name}-dead-letters"
+    if conf.get("window", {}).get("late_topic"):
+        conf["window"]["late_topic"] = f"{name}-late"
+    return conf
+
+
+def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> NewJob:
+    if not name.isidentifier() or keyword.iskeyword(name) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ConfigError(f"job name {name!r} is not allowed: use a lowercase Python identifier "
+                          f"(letters, digits, underscores; starting with a letter), e.g. orders_enrich")
+    if template not in TEMPLATES:
+        raise ConfigError(f"--from {template!r} is not a template; allowed: {', '.join(TEMPLATES)}")
+    target = NewJob(module=root / "pipelines" / "jobs" / f"{name}.py",
+                    config=root / "conf" / "base" / f"{name}.yaml",
+                    test=root / "tests" / "integration" / f"test_job_{name}.py")
+    existing = [str(p.relative_to(root)) for p in (target.module, target.config, target.test)
+                if p.exists()]
+    if existing:
+        raise ConfigError(f"job {name!r} exists already ({', '.join(existing)}); nothing was written")
+
+    source_module = (root / "pipelines" / "jobs" / f"{template}.py").read_text()
+    module = source_module.replace(f'job_main("{template}"', f'job_main("{name}"')
+    module = f'"""{name}: created from the {template} job by `pipelines new`.\n\n' + \
+        module.split('"""', 2)[1].strip() + '\n"""' + module.split('"""', 2)[2]
+    base_conf = yaml.safe_load((root / "conf" / "base" / f"{template}.yaml").read_text())
+    config = (f"# {name}: created from conf/base/{template}.yaml by `pipelines new`. It owns its\n"
+              f"# topics, group id and transactional id prefix; change them together.\n"
+              + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False))
+    test = _TEST_TEMPLATES["windowed" if template == "windowed" else "records"].format(
+        name=name, template=template)
+
+    target.module.write_text(module)
+    target.config.write_text(config)
+    target.test.write_text(test)
+    return target
+
+
+_TEST_TEMPLATES = {
+    "records": '''"""Smoke test of the {name} job (created from {template}): every input record comes out
+exactly once, bad ones as dead letters. Extend it as the job becomes yours."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.topics import create_topics, produce, read_all
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_{name}_processes_every_record_once(kafka, names, enrichment_service):
+    total, bad_every = 300, 50
+    create_topics(kafka, {{names("in"): 3, names("out"): 3, names("dlq"): 1}})
+    produce(kafka, names("in"), demo_values(total, bad_every=bad_every))
+    run_cli("run", "{name}",
+            "--set", f"kafka.bootstrap_servers={{kafka}}",
+            "--set", f"source.topics=[{{names('in')}}]",
+            "--set", f"source.group_id={{names('group')}}",
+            "--set", f"sink.topic={{names('out')}}",
+            "--set", f"sink.dead_letter_topic={{names('dlq')}}",
+            "--set", f"sink.transactional_id_prefix={{names('tx')}}",
+            "--set", f"enrichment.url={{enrichment_service.url}}",
+            "--set", "source.bounded=true", "--set", "checkpoint.interval=1s")
+    out = [json.loads(v) for v in read_all(kafka, names("out"))]
+    dead = [json.loads(v) for v in read_all(kafka, names("dlq"))]
+    assert sorted(r["id"] for r in out) == [i for i in range(total) if i % bad_every != bad_every - 1]
+    assert len(dead) == total // bad_every
+''',
+    "windowed": '''"""Smoke test of the {name} job (created from {template}): exact counts per key and window.
+A bounded source ends with a final watermark, so every window closes. Extend it as the
+job becomes yours (tests/integration/test_windowed_idleness.py shows idle partitions)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from pipelines.devtools.topics import create_topics, produce, read_all
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.integration
+
+BASE = 1_700_000_000_000
+
+
+def test_{name}_counts_every_window(kafka, names):
+    records = [{{"id": i, "key": "k" + str(i % 3), "ts": BASE + i * 250}} for i in range(200)]
+    create_topics(kafka, {{names("in"): 3, names("out"): 3, names("dlq"): 1, names("late"): 1}})
+    produce(kafka, names("in"), [json.dumps(r) for r in records])
+    run_cli("run", "{name}",
+            "--set", f"kafka.bootstrap_servers={{kafka}}",
+            "--set", f"source.topics=[{{names('in')}}]",
+            "--set", f"source.group_id={{names('group')}}",
+            "--set", f"sink.topic={{names('out')}}",
+            "--set", f"sink.dead_letter_topic={{names('dlq')}}",
+            "--set", f"window.late_topic={{names('late')}}",
+            "--set", f"sink.transactional_id_prefix={{names('tx')}}",
+            "--set", "source.bounded=true", "--set", "checkpoint.interval=1s",
+            "--set", "watermarks.max_out_of_orderness=60s")
+    expected = Counter((r["key"], BASE + (r["ts"] - BASE) // 10_000 * 10_000) for r in records)
+    out = [json.loads(v) for v in read_all(kafka, names("out"))]
+    assert {{(r["key"], r["window_start"]): r["count"] for r in out}} == dict(expected)
+''',
+}
+
+
+# ------------------------------------------------------------------ packaging
+
+def _secrets_as_references(tree: dict, loaded: Loaded, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out[key] = _secrets_as_references(value, loaded, dotted + ".")
+        elif value is not None and is_secret_key(dotted):
+            source = loaded.sources.get(dotted, "")
+            match = re.search(r"env (\w+)$", source)
+            var = match.group(1) if match else "PIPELINES__" + dotted.upper().replace(".", "__")
+            out[key] = f"${{env:{var}}}"
+        else:
+            out[key] = value
+    return out
+
+
+def effective_config(loaded: Loaded) -> dict:
+    """The settings as one YAML tree, secrets replaced by ${env:NAME} references."""
+    dumped = loaded.settings.model_dump(mode="json", exclude={"job": {"from_checkpoint"}})
+    props = loaded.settings.kafka.properties
+    dumped["kafka"]["properties"] = {k: v for k, v in props.items()}
+    return _secrets_as_references(dumped, loaded)
+
+
+@dataclass(frozen=True)
+class Package:
+    root: Path
+    job: str
+    jars: list[Path]
+    command: list[str]
+
+
+def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
+                rest_url: str = "http://127.0.0.1:8081", src_root: Path = PROJECT_ROOT) -> Package:
+    """Build `out_dir` (replaced whole) with everything a cluster needs for the job."""
+    from pipelines import jars as jar_module
+    from pipelines.devtools.flink_cluster import submit_command
+
+    job = loaded.settings.job.name
+    jar_paths = jar_module.resolve()
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    shutil.copytree(src_root / "pipelines", out_dir / "pipelines",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (out_dir / "conf" / "base").mkdir(parents=True)
+    (out_dir / "conf" / "base" / f"{job}.yaml").write_text(
+        f"# Effective config of {job}, written by `pipelines package`. Secrets are ${{env:...}}\n"
+        f"# references: set those variables where the job is submitted.\n"
+        + yaml.safe_dump(effective_config(loaded), sort_keys=False))
+    (out_dir / "jars").mkdir()
+    shutil.copy(jar_module.MANIFEST, out_dir / "jars" / "manifest.txt")
+    if jar_module.SRC_DIR.is_dir():
+        shutil.copytree(jar_module.SRC_DIR, out_dir / "jars" / "src")
+    (out_dir / "jars" / "lib").mkdir()
+    packaged = []
+    for jar in jar_paths:  # copied after src/, so the built jar is the newer one
+        shutil.copy(jar, out_dir / "jars" / "lib" / jar.name)
+        packaged.append(out_dir / "jars" / "lib" / jar.name)
+    command = submit_command(f"pipelines.jobs.{job}", [], packaged, rest_url,
+                             py_files=[out_dir], python=python, flink=flink)
+    (out_dir / "jars.txt").write_text("\n".join(p.name for p in packaged) + "\n")
+    (out_dir / "SUBMIT.sh").write_text(
+        "#!/usr/bin/env bash\n# Submit this package; extra arguments go to the job "
+        "(e.g. --skip-preflight, --set key=value).\n"
+        f"cd \"$(dirname \"$0\")\"\n# The client must import this package, not another copy of `pipelines`.\n"
+        f"export PYTHONPATH=\"$PWD${{PYTHONPATH:+:$PYTHONPATH}}\"\n"
+        f"exec {shlex.join(command)} \"$@\"\n")
+    (out_dir / "SUBMIT.sh").chmod(0o755)
+    return Package(out_dir, job, packaged, command)

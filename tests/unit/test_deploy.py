@@ -1,0 +1,82 @@
+"""The Kubernetes manifest names only modules, jars and config paths the package has, and
+its job config is a valid config for the job."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.devtools.flink_cluster import flink_home
+from pipelines.settings import load_settings
+from pipelines.templates import package_job
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_ROOT = "/opt/pipelines"
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "enrich.yaml").read_text()))
+    return {d["kind"]: d for d in docs}
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    loaded = load_settings("enrich", environ={})
+    out = tmp_path_factory.mktemp("pkg") / "enrich"
+    return package_job(loaded, out, python="/opt/venv/bin/python", flink="flink")
+
+
+def in_package(package, image_path: str) -> Path:
+    assert image_path.startswith(IMAGE_ROOT + "/") or image_path == IMAGE_ROOT, image_path
+    return package.root / image_path[len(IMAGE_ROOT):].lstrip("/")
+
+
+def test_python_entry_module_and_py_files_exist(manifest, package):
+    job = manifest["FlinkDeployment"]["spec"]["job"]
+    assert job["entryClass"] == "org.apache.flink.client.python.PythonDriver"
+    args = job["args"]
+    module = args[args.index("--pyModule") + 1]
+    py_files = in_package(package, args[args.index("--pyFiles") + 1])
+    assert (py_files / Path(*module.split("."))).with_suffix(".py").is_file()
+
+
+def test_driver_jar_matches_the_flink_python_version(manifest):
+    jar = manifest["FlinkDeployment"]["spec"]["job"]["jarURI"].removeprefix("local:///opt/flink/opt/")
+    assert (flink_home() / "opt" / jar).is_file(), f"{jar} is not the wheel's flink-python jar"
+
+
+def test_every_pipeline_jar_is_in_the_package(manifest, package):
+    jars = manifest["FlinkDeployment"]["spec"]["flinkConfiguration"]["pipeline.jars"].split(";")
+    assert sorted(in_package(package, j.removeprefix("file://")).name for j in jars) == \
+        sorted(p.name for p in package.jars)
+    for jar in jars:
+        assert in_package(package, jar.removeprefix("file://")).is_file()
+
+
+def test_mounted_config_replaces_a_packaged_file_and_is_valid(manifest, package, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setenv("KAFKA_PASSWORD", "from-the-secret")
+    mount = manifest["FlinkDeployment"]["spec"]["podTemplate"]["spec"]["containers"][0][
+        "volumeMounts"][0]
+    assert in_package(package, mount["mountPath"]).is_file()
+    conf = tmp_path / "conf" / "base"
+    conf.mkdir(parents=True)
+    (conf / "enrich.yaml").write_text(manifest["ConfigMap"]["data"][mount["subPath"]])
+    settings = load_settings("enrich", conf_dir=tmp_path / "conf", environ={}).settings
+    assert settings.kafka.security.password.get_secret_value() == "from-the-secret"
+    flink_conf = manifest["FlinkDeployment"]["spec"]["flinkConfiguration"]
+    assert settings.checkpoint.storage.replace("{job}", "enrich") == \
+        flink_conf["execution.checkpointing.dir"]
+    assert settings.job.parallelism == manifest["FlinkDeployment"]["spec"]["job"]["parallelism"]
+
+
+def test_dockerfile_copies_the_package_where_the_manifest_expects_it():
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert re.search(r"^COPY dist/\$\{JOB\} /opt/pipelines$", dockerfile, re.M)
+    assert "FROM flink:2.2.1" in dockerfile

@@ -1,0 +1,73 @@
+"""`pipelines new`: names checked, nothing written on error, the new job owns its names."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.settings import ConfigError
+from pipelines.templates import new_job
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def project(tmp_path):
+    for rel in ("pipelines/jobs", "conf/base", "tests/integration"):
+        (tmp_path / rel).mkdir(parents=True)
+    for job in ("enrich", "windowed", "passthrough"):
+        shutil.copy(ROOT / "pipelines" / "jobs" / f"{job}.py", tmp_path / "pipelines" / "jobs")
+        shutil.copy(ROOT / "conf" / "base" / f"{job}.yaml", tmp_path / "conf" / "base")
+    return tmp_path
+
+
+def files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("name", ["1orders", "Orders", "my-job", "class", "orders job", ""])
+def test_bad_names_write_nothing(project, name):
+    before = files(project)
+    with pytest.raises(ConfigError) as err:
+        new_job(name, "enrich", project)
+    assert str(err.value).startswith(f"job name {name!r} is not allowed: use a lowercase Python identifier")
+    assert files(project) == before
+
+
+def test_existing_job_writes_nothing(project):
+    before = files(project)
+    with pytest.raises(ConfigError) as err:
+        new_job("windowed", "enrich", project)
+    assert str(err.value) == ("job 'windowed' exists already (pipelines/jobs/windowed.py, "
+                              "conf/base/windowed.yaml); nothing was written")
+    assert files(project) == before
+
+
+@pytest.mark.parametrize("template", ["enrich", "windowed"])
+def test_new_job_owns_its_topics_group_and_prefix(project, template):
+    created = new_job("orders", template, project)
+    conf = yaml.safe_load(created.config.read_text())
+    assert conf["job"]["name"] == "orders"
+    assert conf["source"] == {**conf["source"], "topics": ["orders-in"], "group_id": "orders"}
+    assert conf["sink"]["topic"] == "orders-out"
+    assert conf["sink"]["transactional_id_prefix"] == "orders"
+    assert conf["sink"]["dead_letter_topic"] == "orders-dead-letters"
+    assert 'job_main("orders"' in created.module.read_text()
+    compile(created.module.read_text(), str(created.module), "exec")
+    compile(created.test.read_text(), str(created.test), "exec")
+
+
+def test_cli_error_is_one_line(project):
+    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "new", "Bad-Name", "--root",
+                           str(project)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: job name 'Bad-Name' is not allowed: use a lowercase Python identifier (letters, "
+        "digits, underscores; starting with a letter), e.g. orders_enrich"]
