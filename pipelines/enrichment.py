@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Protocol
 
-from pipelines.settings import EnrichmentSettings, OnFailure
+from pipelines.settings import EnrichmentOperator, EnrichmentSettings, OnFailure
 
 
 class EnrichmentFailed(Exception):
@@ -63,11 +64,19 @@ class HttpEnrichmentClient:
 
 async def enrich_record(client: EnrichmentClient, record: dict, cfg: EnrichmentSettings) -> dict:
     """One record through lookup, retries and the failure policy; returns the output record."""
+    out = await _enrich(client, record, cfg)
+    if cfg.trace_timing and "_timing" in out:
+        out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
+    return out
+
+
+async def _enrich(client: EnrichmentClient, record: dict, cfg: EnrichmentSettings) -> dict:
     reason = "not attempted"
     attempts = cfg.retries + 1
     for attempt in range(1, attempts + 1):
         try:
-            profile = await asyncio.wait_for(client.lookup(record), cfg.timeout / 1000)
+            async with asyncio.timeout(cfg.timeout / 1000):
+                profile = await client.lookup(record)
             return {**record, "enrichment": profile}
         except asyncio.TimeoutError:
             reason = f"timeout after {cfg.timeout} ms"
@@ -119,12 +128,76 @@ def make_async_function(cfg: EnrichmentSettings):
     return Enrich()
 
 
+def make_batch_async_function(cfg: EnrichmentSettings):
+    """An AsyncFunction over JSON lists of records: one Python element per batch, every
+    record of the batch looked up concurrently, each with its own timeout and retries."""
+    from pyflink.datastream.functions import AsyncFunction
+
+    class EnrichBatch(AsyncFunction):
+        def __init__(self):
+            self.client: HttpEnrichmentClient | None = None
+
+        def open(self, runtime_context):
+            self.client = HttpEnrichmentClient(cfg.url, cfg.timeout, cfg.capacity)
+
+        async def async_invoke(self, value: str):
+            records = json.loads(value)
+            results = await asyncio.gather(*(enrich_record(self.client, r, cfg) for r in records))
+            return [json.dumps(r, sort_keys=True) for r in results]
+
+        def close(self):
+            self.client = None
+
+    return EnrichBatch()
+
+
+def make_sync_function(cfg: EnrichmentSettings):
+    """A blocking lookup per record: the reports' way. For comparison only."""
+    from pyflink.datastream.functions import MapFunction
+
+    class EnrichSync(MapFunction):
+        def open(self, runtime_context):
+            self.loop = asyncio.new_event_loop()
+            self.client = HttpEnrichmentClient(cfg.url, cfg.timeout, 1)
+
+        def map(self, value: str) -> str:
+            record = json.loads(value)
+            return json.dumps(self.loop.run_until_complete(enrich_record(self.client, record, cfg)),
+                              sort_keys=True)
+
+        def close(self):
+            self.loop.run_until_complete(self.client.close())
+            self.loop.close()
+
+    return EnrichSync()
+
+
+def batch_records(stream, cfg: EnrichmentSettings):
+    """Insert the Java RecordBatcher (jars/src): rows -> lists of up to batch_size rows,
+    flushed after batch_delay and before every checkpoint barrier."""
+    from pyflink.datastream import DataStream
+    from pyflink.java_gateway import get_gateway
+
+    batcher = get_gateway().jvm.pipelines.flink.RecordBatcher
+    j_stream = stream._j_data_stream
+    j_batched = j_stream.transform("batch", batcher.outputType(j_stream.getType()),
+                                   batcher(cfg.effective_batch_size(), cfg.batch_delay))
+    return DataStream(j_batched)
+
+
 def apply_enrichment(stream, cfg: EnrichmentSettings):
-    """Wire the async stage into a stream of JSON strings."""
+    """Wire the enrichment stage into the stream the parse step produced."""
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
 
-    # Flink's own timeout is a safety net above our per-attempt bound, not the policy.
-    overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
-    return wait(stream, make_async_function(cfg), overall, cfg.capacity, Types.STRING())
+    if cfg.operator is EnrichmentOperator.SYNC:
+        return stream.map(make_sync_function(cfg), output_type=Types.STRING())
+    if cfg.operator is EnrichmentOperator.ASYNC:
+        # As PyFlink documents it: one element per record, Flink's own timeout per record
+        # (each starts a threading.Timer), `timeout()` applying the failure policy.
+        overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
+        return wait(stream, make_async_function(cfg), overall, cfg.capacity, Types.STRING())
+    # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.
+    return wait(stream, make_batch_async_function(cfg), Time.milliseconds(0),
+                cfg.elements_in_flight(), Types.STRING())

@@ -37,7 +37,7 @@ def flink_configuration(settings: Settings, jar_paths: list[Path] | None = None,
         "execution.checkpointing.savepoint-dir": cp.savepoints.replace("{job}", settings.job.name),
         "execution.checkpointing.storage": "filesystem",
         "python.fn-execution.bundle.size": str(
-            settings.python.bundle_size or settings.enrichment.capacity),
+            settings.python.bundle_size or settings.enrichment.elements_in_flight()),
         "python.fn-execution.bundle.time": str(settings.python.bundle_time),  # a long, in ms
     }
     if cp.enabled:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 from pathlib import Path
 
 from pipelines.settings import FaultSettings, ParseSettings
@@ -63,8 +64,13 @@ class InjectedFault(RuntimeError):
 
 
 def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
-                        event_time_field: str | None = None):
-    """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output."""
+                        event_time_field: str | None = None, batched: bool = False,
+                        trace_timing: bool = False):
+    """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
+
+    With `batched`, each input element is a list of rows and each output element is a JSON
+    list of the valid records among them (bad ones still go out one by one).
+    """
     from pyflink.common import Types
     from pyflink.datastream import OutputTag
     from pyflink.datastream.functions import ProcessFunction
@@ -76,17 +82,30 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
             self.seen = 0
             self.subtask = runtime_context.get_index_of_this_subtask()
 
-        def process_element(self, row, ctx):
+        def _one(self, row, good: list):
             self.seen += 1
             if faults.fail_after_records and self.seen >= faults.fail_after_records:
                 _maybe_fail(faults, self.subtask)
             record, reason = parse_value(row.value, parse.required_fields, event_time_field)
             if record is None:
-                yield tag, dead_letter(row, reason, job)
-                return
+                return dead_letter(row, reason, job)
             record["source"] = {"topic": row.topic, "partition": row.partition,
                                 "offset": row.offset}
-            yield json.dumps(record, sort_keys=True)
+            if trace_timing:
+                record["_timing"] = {"in": time.time() * 1000}
+            good.append(record)
+            return None
+
+        def process_element(self, value, ctx):
+            good: list[dict] = []
+            for row in (value if batched else (value,)):
+                bad = self._one(row, good)
+                if bad is not None:
+                    yield tag, bad
+            if batched and good:
+                yield json.dumps(good, sort_keys=True)
+            elif good:
+                yield json.dumps(good[0], sort_keys=True)
 
     return Parse(), tag
 

@@ -355,8 +355,18 @@ class OnFailure(str, Enum):
     FAIL = "fail"                  # fail the job (the restart strategy decides what next)
 
 
+class EnrichmentOperator(str, Enum):
+    BATCHED = "batched"  # the project's operator: records cross into Python in batches
+    ASYNC = "async"      # PyFlink's AsyncDataStream per record, as documented (a timeout per record)
+    SYNC = "sync"        # a blocking lookup per record: the reports' way, for comparison only
+
+
 class EnrichmentSettings(_Model):
     url: str = "http://127.0.0.1:8765"
+    operator: EnrichmentOperator = EnrichmentOperator.BATCHED
+    batch_size: int = Field(default=100, ge=1)
+    batch_delay: int = 20  # longest a partial batch waits before it is sent on
+    trace_timing: bool = False  # add _timing {in, out} (epoch ms) to each output record
     capacity: int = Field(default=100, ge=1)
     timeout: int = Field(default=2_000, ge=1)
     retries: int = Field(default=2, ge=0)
@@ -364,7 +374,18 @@ class EnrichmentSettings(_Model):
     ordered: bool = False
     on_failure: OnFailure = OnFailure.MARK_MISSING
 
-    _dur = _duration_fields("timeout", "backoff")
+    _dur = _duration_fields("timeout", "backoff", "batch_delay")
+
+    def effective_batch_size(self) -> int:
+        """A batch never holds more records than may be in flight at once."""
+        return min(self.batch_size, self.capacity)
+
+    def elements_in_flight(self) -> int:
+        """Stream elements the async stage holds (records, or batches of them): a checkpoint
+        waits for these. Batches x batch size never exceeds `capacity`."""
+        if self.operator is EnrichmentOperator.BATCHED:
+            return max(1, self.capacity // self.effective_batch_size())
+        return self.capacity
 
 
 class PythonSettings(_Model):

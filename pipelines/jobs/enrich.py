@@ -18,14 +18,20 @@ def build(env, settings: Settings) -> None:
                           "records must go somewhere, never silently dropped")
     from pyflink.common import Types, WatermarkStrategy
 
-    from pipelines.enrichment import apply_enrichment
+    from pipelines.enrichment import apply_enrichment, batch_records
     from pipelines.kafka import build_sink, build_source, origin_type_info
     from pipelines.parse import make_parse_function
+    from pipelines.settings import EnrichmentOperator
 
     raw = env.from_source(build_source(settings), WatermarkStrategy.no_watermarks(),
                           "kafka-source", type_info=origin_type_info()).uid("kafka-source")
-    parse_fn, dead_letters_tag = make_parse_function(settings.parse, settings.faults,
-                                                     settings.job.name)
+    cfg = settings.enrichment
+    batched = cfg.operator is EnrichmentOperator.BATCHED
+    if batched:
+        raw = batch_records(raw, cfg).name("batch").uid("batch")
+    parse_fn, dead_letters_tag = make_parse_function(
+        settings.parse, settings.faults, settings.job.name, batched=batched,
+        trace_timing=cfg.trace_timing)
     parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
     enriched = apply_enrichment(parsed, settings.enrichment).name("enrich").uid("enrich")
     enriched.sink_to(build_sink(settings)).name("kafka-sink").uid("kafka-sink")

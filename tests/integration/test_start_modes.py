@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
-from tests.conftest import CLI, ROOT, run_cli
+from tests.conftest import run_cli
+from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration
 
@@ -114,11 +114,10 @@ def test_timestamp_starts_at_first_record_at_or_after_it(kafka, names):
 
 def test_latest_skips_what_was_there_before_the_job(kafka, names):
     _seed(kafka, names)
-    proc = subprocess.Popen([*CLI, "run", *_args(kafka, names, "--set", "source.start.mode=latest")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = RunningJob(*_args(kafka, names, "--set", "source.start.mode=latest"))
     try:
-        # Wait until the job has checkpointed once: its start offsets are fixed by then.
-        _wait_for_line(proc, "checkpoints 1 completed", 120)
+        # Once a checkpoint has completed, the start offsets are fixed.
+        job.wait_for(r"checkpoints [1-9]\d* completed", 120)
         for p in range(PARTITIONS):
             produce(kafka, names("in"), [f"p{p}-{i}" for i in range(100, 110)], partition=p)
         expected = _records({p: range(100, 110) for p in range(PARTITIONS)})
@@ -127,20 +126,6 @@ def test_latest_skips_what_was_there_before_the_job(kafka, names):
             time.sleep(1)
         assert _out(kafka, names) == expected
     finally:
-        proc.send_signal(2)  # Ctrl-C: the CLI cancels the job cleanly
-        out, _ = proc.communicate(timeout=60)
-    assert "stopping: cancelling the job" in out
+        assert job.interrupt() == 0, job.output
+    assert "stopping: cancelling the job" in job.output
     assert end_offsets(kafka, names("out"), "read_committed") == end_offsets(kafka, names("out"))
-
-
-def _wait_for_line(proc, text, timeout):
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if text in line:
-            return
-    raise AssertionError(f"never saw {text!r}; output:\n{''.join(seen)[-3000:]}")

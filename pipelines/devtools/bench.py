@@ -1,0 +1,230 @@
+"""`make bench`: the enrichment stage measured side by side, in one run, on this machine.
+
+For each lookup latency, capacity and slot count it runs the enrich job over a pre-filled
+topic three ways: (a) `sync`, a blocking lookup per record (the reports' way); (b) `async`,
+PyFlink's AsyncDataStream per record as documented, with a timeout; (c) `batched`, the
+project's operator. All three call the project's local enrichment service over HTTP and
+write through the exactly-once sink.
+
+Rates come from the records themselves (each carries when it entered and left the
+pipeline), so job start-up is not counted; ratios to (b) from the same run cancel most of
+the machine's noise. Results: a table on stdout, bench/results/enrichment.json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.enrichment_service import Service
+from pipelines.devtools.kafka_broker import Broker
+from pipelines.devtools.topics import committed_offsets, create_topics, delete_topics, produce, read_all
+from pipelines.settings import PROJECT_ROOT
+
+RESULTS = PROJECT_ROOT / "bench" / "results"
+PLAIN_MAP_RATE_NOTE = "plain Python map rate, measured in the same run"
+
+
+@dataclass
+class Result:
+    operator: str
+    latency_ms: int
+    capacity: int
+    slots: int
+    records: int
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    slowest_checkpoint_ms: int
+    checkpoints: int
+    offset_moves: int
+    ratio_to_async: float | None = None
+    limit: float | None = None
+    ratio_to_limit: float | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_case(bootstrap: str, service: Service, operator: str, latency_ms: int, capacity: int,
+             slots: int, records: int, extra: list[str] | None = None) -> Result:
+    tag = f"bench-{operator}-{uuid.uuid4().hex[:6]}"
+    topics = {f"{tag}-in": max(slots, 2), f"{tag}-out": max(slots, 2), f"{tag}-dlq": 1}
+    create_topics(bootstrap, topics)
+    produce(bootstrap, f"{tag}-in", demo_values(records))
+    service.configure(latency_ms=latency_ms, failure_rate=0.0, down=False)
+    cmd = [sys.executable, "-m", "pipelines.cli", "run", "enrich", "--skip-preflight",
+           "--set", f"kafka.bootstrap_servers={bootstrap}",
+           "--set", f"source.topics=[{tag}-in]", "--set", f"source.group_id={tag}",
+           "--set", f"sink.topic={tag}-out", "--set", f"sink.dead_letter_topic={tag}-dlq",
+           "--set", f"sink.transactional_id_prefix={tag}",
+           "--set", f"enrichment.url={service.url}", "--set", f"enrichment.operator={operator}",
+           "--set", f"enrichment.capacity={capacity}", "--set", "enrichment.trace_timing=true",
+           "--set", f"enrichment.timeout={max(2000, latency_ms * 4)}ms",
+           "--set", f"job.parallelism={slots}", "--set", "source.bounded=true",
+           "--set", "checkpoint.interval=2s", *(extra or [])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=PROJECT_ROOT)
+    moves, last = 0, None
+    while proc.poll() is None:
+        try:
+            total = sum(max(o, 0) for o in committed_offsets(bootstrap, tag, f"{tag}-in").values())
+        except Exception:  # noqa: BLE001 - the group may not exist yet
+            total = None
+        if total is not None and total != last:
+            moves += last is not None
+            last = total
+        time.sleep(0.5)
+    output = proc.stdout.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{operator} run failed:\n{output[-2000:]}")
+    out = [json.loads(v) for v in read_all(bootstrap, f"{tag}-out", idle_s=2)]
+    if len(out) != records:
+        raise RuntimeError(f"{operator}: {len(out)} of {records} records came out")
+    ins = [r["_timing"]["in"] for r in out]
+    outs = sorted(r["_timing"]["out"] for r in out)
+    span_s = (outs[-1] - min(ins)) / 1000
+    latencies = sorted(r["_timing"]["out"] - r["_timing"]["in"] for r in out)
+    slowest, checkpoints = 0, 0
+    for line in output.splitlines():
+        if "slowest" in line:
+            slowest = int(line.split("slowest ")[1].split(" ms")[0])
+            checkpoints = int(line.split("checkpoints ")[1].split(" completed")[0])
+    delete_topics(bootstrap, topics)
+    return Result(operator, latency_ms, capacity, slots, records, records / span_s,
+                  latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1],
+                  slowest, checkpoints, moves)
+
+
+def plain_map_rate(bootstrap: str, records: int) -> float:
+    """Records/s of a Python map with no lookup (the passthrough job), same machine, same run."""
+    tag = f"bench-map-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, {f"{tag}-in": 2, f"{tag}-out": 2})
+    produce(bootstrap, f"{tag}-in", demo_values(records))
+    started = time.monotonic()
+    cmd = [sys.executable, "-m", "pipelines.cli", "run", "passthrough", "--skip-preflight",
+           "--set", f"kafka.bootstrap_servers={bootstrap}", "--set", f"source.topics=[{tag}-in]",
+           "--set", f"source.group_id={tag}", "--set", f"sink.topic={tag}-out",
+           "--set", f"sink.transactional_id_prefix={tag}", "--set", "source.bounded=true",
+           "--set", "python.bundle_size=1000", "--set", "source.max_poll_records=500"]
+    # Start-up is measured with an empty run and subtracted.
+    subprocess.run(cmd, check=True, capture_output=True, cwd=PROJECT_ROOT)
+    full = time.monotonic() - started
+    empty_tag = f"{tag}-empty"
+    create_topics(bootstrap, {f"{empty_tag}-in": 2, f"{empty_tag}-out": 2})
+    started = time.monotonic()
+    empty = [c.replace(tag, empty_tag) for c in cmd]
+    subprocess.run(empty, check=True, capture_output=True, cwd=PROJECT_ROOT)
+    startup = time.monotonic() - started
+    delete_topics(bootstrap, [f"{tag}-in", f"{tag}-out", f"{empty_tag}-in", f"{empty_tag}-out"])
+    return records / max(full - startup, 0.1)
+
+
+CASES_FULL = [  # (latency ms, capacity, slots)
+    (5, 1000, 1), (50, 100, 1), (50, 1000, 1), (50, 1000, 2), (500, 1000, 1),
+]
+CASES_QUICK = [(50, 1000, 1)]
+
+
+def records_for(operator: str, latency_ms: int, capacity: int, slots: int) -> int:
+    if operator == "sync":
+        return max(20, int(8 * 1000 / latency_ms) * slots)  # ~8 s of work
+    if operator == "async":
+        return 6000 if latency_ms < 500 else 4000
+    return 30000 if latency_ms < 500 else 8000
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="one case: 50 ms, capacity 1000, 1 slot")
+    args = parser.parse_args(argv)
+    broker = Broker()
+    broker.up(log=lambda *_: None)
+    service = Service(port=_free_port())
+    service.up(latency_ms=50, log=lambda *_: None)
+    results: list[Result] = []
+    try:
+        map_rate = plain_map_rate(broker.bootstrap, 100_000 if not args.quick else 30_000)
+        print(f"plain Python map (passthrough job): {map_rate:,.0f} records/s")
+        for latency, capacity, slots in (CASES_QUICK if args.quick else CASES_FULL):
+            row = {}
+            for operator in ("sync", "async", "batched"):
+                n = records_for(operator, latency, capacity, slots)
+                result = run_case(broker.bootstrap, service, operator, latency, capacity, slots, n)
+                result.limit = min(capacity * slots * 1000 / latency, map_rate)
+                result.ratio_to_limit = result.rate / result.limit
+                row[operator] = result
+                print(f"  {operator:8} {latency:>4} ms cap {capacity:>5} slots {slots}: "
+                      f"{result.rate:,.0f}/s", flush=True)
+            for result in row.values():
+                result.ratio_to_async = result.rate / row["async"].rate
+                results.append(result)
+    finally:
+        service.down(log=lambda *_: None)
+    write_results(results, map_rate)
+
+
+def write_results(results: list[Result], map_rate: float) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    header = (f"{'operator':9} {'lat ms':>6} {'cap':>5} {'slots':>5} {'records/s':>10} "
+              f"{'x async':>8} {'x limit':>8} {'p50 ms':>8} {'p99 ms':>8} {'ckpt max ms':>11} "
+              f"{'offset moves':>12}")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        lines.append(f"{r.operator:9} {r.latency_ms:>6} {r.capacity:>5} {r.slots:>5} "
+                     f"{r.rate:>10,.0f} {r.ratio_to_async:>8.2f} {r.ratio_to_limit:>8.3f} "
+                     f"{r.p50_ms:>8.0f} {r.p99_ms:>8.0f} {r.slowest_checkpoint_ms:>11} "
+                     f"{r.offset_moves:>12}")
+    table = "\n".join(lines)
+    print(table)
+    print(f"limit = min(capacity x slots / latency, {PLAIN_MAP_RATE_NOTE}: {map_rate:,.0f}/s)")
+    (RESULTS / "enrichment.txt").write_text(table + "\n")
+    (RESULTS / "enrichment.json").write_text(json.dumps(
+        {"plain_map_rate": map_rate, "results": [asdict(r) for r in results],
+         "machine": {"cores": __import__("os").cpu_count()}}, indent=2))
+    _chart(results)
+
+
+def _chart(results: list[Result]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no chart (pip install -e '.[bench]')")
+        return
+    cases = sorted({(r.latency_ms, r.capacity, r.slots) for r in results})
+    labels = [f"{lat} ms\ncap {cap}\n{slots} slot{'s' if slots > 1 else ''}" for lat, cap, slots in cases]
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(cases)), 4.5))
+    width = 0.27
+    for i, operator in enumerate(("sync", "async", "batched")):
+        rates = [next(r.rate for r in results if (r.latency_ms, r.capacity, r.slots) == c
+                      and r.operator == operator) for c in cases]
+        ax.bar([x + (i - 1) * width for x in range(len(cases))], rates, width,
+               label={"sync": "(a) sync map", "async": "(b) AsyncDataStream, per record",
+                      "batched": "(c) project operator, batched"}[operator])
+    ax.set_yscale("log")
+    ax.set_ylabel("records/s (log)")
+    ax.set_xticks(range(len(cases)), labels)
+    ax.set_title("Enrichment throughput, same run, 2-core machine")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "enrichment.png", dpi=120)
+    print(f"chart: {RESULTS / 'enrichment.png'}")
+
+
+if __name__ == "__main__":
+    main()
