@@ -62,6 +62,59 @@ class HttpEnrichmentClient:
             self._session = None
 
 
+class CoalescingHttpEnrichmentClient(HttpEnrichmentClient):
+    """Lookups started in the same event-loop turn share one POST {url}/lookup/batch.
+
+    A batch of records is looked up concurrently, so all of its lookups land in one turn:
+    one HTTP round trip instead of one per record. Each record still awaits its own
+    result, with its own timeout and retries (a retry joins the next round trip).
+    """
+
+    def __init__(self, url: str, timeout_ms: int, max_connections: int):
+        super().__init__(url, timeout_ms, max_connections)
+        self.batch_url = url.rstrip("/") + "/lookup/batch"
+        self._pending: list[tuple[str, asyncio.Future]] = []
+
+    async def lookup(self, record: dict) -> dict:
+        future = asyncio.get_running_loop().create_future()
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append((str(record.get("company", "")), future))
+        return await future
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        asyncio.ensure_future(self._send(pending))
+
+    async def _send(self, pending: list[tuple[str, asyncio.Future]]) -> None:
+        try:
+            session = await self._ensure()
+            async with session.post(self.batch_url,
+                                    json={"companies": [c for c, _ in pending]}) as resp:
+                if resp.status != 200:
+                    raise EnrichmentFailed(f"HTTP {resp.status} from {self.batch_url}")
+                results = (await resp.json())["results"]
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
+            for _, future in pending:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else
+                                         EnrichmentFailed(repr(exc)))
+            return
+        for (_, future), result in zip(pending, results):
+            if future.done():  # timed out already
+                continue
+            if "error" in result:
+                future.set_exception(EnrichmentFailed(
+                    f"HTTP {result.get('status', 500)} from {self.batch_url}"))
+            else:
+                future.set_result(result)
+
+
+def make_client(cfg: EnrichmentSettings) -> HttpEnrichmentClient:
+    cls = CoalescingHttpEnrichmentClient if cfg.coalesce else HttpEnrichmentClient
+    return cls(cfg.url, cfg.timeout, cfg.capacity)
+
+
 async def enrich_record(client: EnrichmentClient, record: dict, cfg: EnrichmentSettings) -> dict:
     """One record through lookup, retries and the failure policy; returns the output record."""
     out = await _enrich(client, record, cfg)
@@ -138,7 +191,7 @@ def make_batch_async_function(cfg: EnrichmentSettings):
             self.client: HttpEnrichmentClient | None = None
 
         def open(self, runtime_context):
-            self.client = HttpEnrichmentClient(cfg.url, cfg.timeout, cfg.capacity)
+            self.client = make_client(cfg)
 
         async def async_invoke(self, value: str):
             records = json.loads(value)

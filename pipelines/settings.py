@@ -367,6 +367,8 @@ class EnrichmentSettings(_Model):
     batch_size: int = Field(default=100, ge=1)
     batch_delay: int = 20  # longest a partial batch waits before it is sent on
     trace_timing: bool = False  # add _timing {in, out} (epoch ms) to each output record
+    # batched: lookups of one batch share one POST {url}/lookup/batch round trip
+    coalesce: bool = False
     capacity: int = Field(default=100, ge=1)
     timeout: int = Field(default=2_000, ge=1)
     retries: int = Field(default=2, ge=0)

@@ -58,8 +58,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_case(bootstrap: str, service: Service, operator: str, latency_ms: int, capacity: int,
-             slots: int, records: int, extra: list[str] | None = None) -> Result:
+VARIANTS = {  # label -> (enrichment.operator, extra settings)
+    "sync": ("sync", []),
+    "async": ("async", []),
+    "batched": ("batched", ["--set", "enrichment.coalesce=false"]),
+    "batched+coalesce": ("batched", ["--set", "enrichment.coalesce=true"]),
+}
+
+
+def run_case(bootstrap: str, service: Service, label: str, latency_ms: int, capacity: int,
+             slots: int, records: int) -> Result:
+    operator, extra = VARIANTS[label]
     tag = f"bench-{operator}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-in": max(slots, 2), f"{tag}-out": max(slots, 2), f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
@@ -74,7 +83,7 @@ def run_case(bootstrap: str, service: Service, operator: str, latency_ms: int, c
            "--set", f"enrichment.capacity={capacity}", "--set", "enrichment.trace_timing=true",
            "--set", f"enrichment.timeout={max(2000, latency_ms * 4)}ms",
            "--set", f"job.parallelism={slots}", "--set", "source.bounded=true",
-           "--set", "checkpoint.interval=2s", *(extra or [])]
+           "--set", "checkpoint.interval=2s", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=PROJECT_ROOT)
     moves, last = 0, None
@@ -103,7 +112,7 @@ def run_case(bootstrap: str, service: Service, operator: str, latency_ms: int, c
             slowest = int(line.split("slowest ")[1].split(" ms")[0])
             checkpoints = int(line.split("checkpoints ")[1].split(" completed")[0])
     delete_topics(bootstrap, topics)
-    return Result(operator, latency_ms, capacity, slots, records, records / span_s,
+    return Result(label, latency_ms, capacity, slots, records, records / span_s,
                   latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1],
                   slowest, checkpoints, moves)
 
@@ -138,12 +147,15 @@ CASES_FULL = [  # (latency ms, capacity, slots)
 CASES_QUICK = [(50, 1000, 1)]
 
 
-def records_for(operator: str, latency_ms: int, capacity: int, slots: int) -> int:
-    if operator == "sync":
-        return max(20, int(8 * 1000 / latency_ms) * slots)  # ~8 s of work
-    if operator == "async":
+def records_for(label: str, latency_ms: int, capacity: int, slots: int) -> int:
+    """Enough records for several seconds of steady work at each variant's expected rate."""
+    if label == "sync":
+        return max(20, int(8 * 1000 / latency_ms) * slots)
+    if label == "async":
         return 6000 if latency_ms < 500 else 4000
-    return 30000 if latency_ms < 500 else 8000
+    if label == "batched":
+        return 20000 if latency_ms < 500 else 8000
+    return 40000 if latency_ms < 500 else 16000
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -160,13 +172,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plain Python map (passthrough job): {map_rate:,.0f} records/s")
         for latency, capacity, slots in (CASES_QUICK if args.quick else CASES_FULL):
             row = {}
-            for operator in ("sync", "async", "batched"):
+            for operator in VARIANTS:
                 n = records_for(operator, latency, capacity, slots)
                 result = run_case(broker.bootstrap, service, operator, latency, capacity, slots, n)
                 result.limit = min(capacity * slots * 1000 / latency, map_rate)
                 result.ratio_to_limit = result.rate / result.limit
                 row[operator] = result
-                print(f"  {operator:8} {latency:>4} ms cap {capacity:>5} slots {slots}: "
+                print(f"  {operator:16} {latency:>4} ms cap {capacity:>5} slots {slots}: "
                       f"{result.rate:,.0f}/s", flush=True)
             for result in row.values():
                 result.ratio_to_async = result.rate / row["async"].rate
@@ -178,12 +190,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_results(results: list[Result], map_rate: float) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    header = (f"{'operator':9} {'lat ms':>6} {'cap':>5} {'slots':>5} {'records/s':>10} "
+    header = (f"{'operator':16} {'lat ms':>6} {'cap':>5} {'slots':>5} {'records/s':>10} "
               f"{'x async':>8} {'x limit':>8} {'p50 ms':>8} {'p99 ms':>8} {'ckpt max ms':>11} "
               f"{'offset moves':>12}")
     lines = [header, "-" * len(header)]
     for r in results:
-        lines.append(f"{r.operator:9} {r.latency_ms:>6} {r.capacity:>5} {r.slots:>5} "
+        lines.append(f"{r.operator:16} {r.latency_ms:>6} {r.capacity:>5} {r.slots:>5} "
                      f"{r.rate:>10,.0f} {r.ratio_to_async:>8.2f} {r.ratio_to_limit:>8.3f} "
                      f"{r.p50_ms:>8.0f} {r.p99_ms:>8.0f} {r.slowest_checkpoint_ms:>11} "
                      f"{r.offset_moves:>12}")
@@ -209,13 +221,14 @@ def _chart(results: list[Result]) -> None:
     cases = sorted({(r.latency_ms, r.capacity, r.slots) for r in results})
     labels = [f"{lat} ms\ncap {cap}\n{slots} slot{'s' if slots > 1 else ''}" for lat, cap, slots in cases]
     fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(cases)), 4.5))
-    width = 0.27
-    for i, operator in enumerate(("sync", "async", "batched")):
+    width = 0.2
+    for i, operator in enumerate(VARIANTS):
         rates = [next(r.rate for r in results if (r.latency_ms, r.capacity, r.slots) == c
                       and r.operator == operator) for c in cases]
-        ax.bar([x + (i - 1) * width for x in range(len(cases))], rates, width,
+        ax.bar([x + (i - 1.5) * width for x in range(len(cases))], rates, width,
                label={"sync": "(a) sync map", "async": "(b) AsyncDataStream, per record",
-                      "batched": "(c) project operator, batched"}[operator])
+                      "batched": "(c) project operator, batched",
+                      "batched+coalesce": "(c) batched + coalesced lookups"}[operator])
     ax.set_yscale("log")
     ax.set_ylabel("records/s (log)")
     ax.set_xticks(range(len(cases)), labels)

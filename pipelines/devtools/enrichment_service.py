@@ -70,6 +70,28 @@ def make_app(behaviour: Behaviour):
             return web.json_response({"error": "company is required"}, status=400)
         return web.json_response(company_profile(company))
 
+    async def lookup_batch(request: web.Request) -> web.Response:
+        """POST {"companies": [...]}: one round trip for many lookups, one latency for all.
+        Each item fails on its own with the failure rate, as single lookups do."""
+        body = await request.json()
+        companies = body.get("companies")
+        if not isinstance(companies, list):
+            return web.json_response({"error": "companies must be a list"}, status=400)
+        behaviour.requests += 1
+        delay = behaviour.latency_ms + (random.uniform(-1, 1) * behaviour.jitter_ms)
+        await asyncio.sleep(max(delay, 0) / 1000)
+        if behaviour.down:
+            behaviour.failures += 1
+            return web.json_response({"error": "registry unavailable"}, status=503)
+        results = []
+        for company in companies:
+            if behaviour.failure_rate and random.random() < behaviour.failure_rate:
+                behaviour.failures += 1
+                results.append({"error": "registry unavailable", "status": 503})
+            else:
+                results.append(company_profile(str(company)))
+        return web.json_response({"results": results})
+
     async def health(_request):
         return web.json_response({"ok": True})
 
@@ -86,7 +108,8 @@ def make_app(behaviour: Behaviour):
         return await stats(request)
 
     app = web.Application()
-    app.add_routes([web.get("/lookup", lookup), web.get("/health", health),
+    app.add_routes([web.get("/lookup", lookup), web.post("/lookup/batch", lookup_batch),
+                    web.get("/health", health),
                     web.get("/stats", stats), web.post("/admin", admin)])
     return app
 

@@ -212,7 +212,7 @@ def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_servi
     if policy == "mark-missing":
         assert missing, "the outage should have left records marked missing"
         assert {r["enrichment_error"] for r in missing} == {
-            f"HTTP 503 from {enrichment_service.url}/lookup (2 attempts)"}
+            f"HTTP 503 from {enrichment_service.url}/lookup/batch (2 attempts)"}
     else:
         # retry: the retries outlast the outage; fail: failed, restarted, re-enriched.
         assert missing == []
