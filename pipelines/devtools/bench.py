@@ -161,7 +161,13 @@ def records_for(label: str, latency_ms: int, capacity: int, slots: int) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one case: 50 ms, capacity 1000, 1 slot")
+    parser.add_argument("--chart-only", action="store_true",
+                        help="redraw the chart from bench/results/enrichment.json")
     args = parser.parse_args(argv)
+    if args.chart_only:
+        saved = json.loads((RESULTS / "enrichment.json").read_text())
+        _chart([Result(**r) for r in saved["results"]])
+        return
     broker = Broker()
     broker.up(log=lambda *_: None)
     service = Service(port=_free_port())
@@ -233,7 +239,7 @@ def _chart(results: list[Result]) -> None:
     ax.set_ylabel("records/s (log)")
     ax.set_xticks(range(len(cases)), labels)
     ax.set_title("Enrichment throughput, same run, 2-core machine")
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(RESULTS / "enrichment.png", dpi=120)
     print(f"chart: {RESULTS / 'enrichment.png'}")
