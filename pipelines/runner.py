@@ -163,11 +163,14 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
     monitor = ProgressMonitor(f"http://127.0.0.1:{port}", job_id)
     outcome = client.get_job_execution_result()
     status = "FINISHED"
+    shown, shown_at = None, 0.0
     try:
         while not outcome.done():
             line = monitor.line()
-            if line:
+            # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
+            if line and (line != shown or time.monotonic() - shown_at > 30):
                 log(line)
+                shown, shown_at = line, time.monotonic()
             _wait_done(outcome, progress_every)
     except KeyboardInterrupt:
         status = _stop(client, loaded.settings, getattr(args, "savepoint_on_stop", False), log)
