@@ -68,6 +68,9 @@ test-integration: venv jars kafka-up ## integration tests only
 bench: venv jars kafka-up ## enrichment benchmark: table, JSON and PNG under bench/results
 	$(PY) -m pipelines.devtools.bench
 
+lint: venv ## pyflakes-level checks (ruff)
+	$(PY) -m ruff check pipelines tests --select F,E9
+
 clean: ## stop local services and remove local state (.local, jars/lib)
 	-$(CLI) cluster down
 	-$(CLI) enrichment down

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import statistics
 import subprocess
 import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import Service
