@@ -90,7 +90,8 @@ def explain_java_error(exc: BaseException) -> str | None:
 
 
 def guarded(action: Callable[[], int], secrets: list[str] | None = None) -> int:
-    """Run `action`, turning known failures into one line on stderr and exit code 2."""
+    """Run `action`, turning known failures into one line on stderr and exit code 2.
+    Secret values of any config loaded so far are masked in that line."""
     try:
         return action()
     except (ConfigError, JarError, Failure) as exc:

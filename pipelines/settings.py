@@ -683,6 +683,7 @@ def load_settings(
         settings = Settings.model_validate(resolved)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, sources)) from None
+    KNOWN_SECRETS.update(v for v in secret_values(settings) if v)
     if settings.job.name != job:
         raise ConfigError(f"{sources.get('job.name')}: job.name: {settings.job.name!r} must match "
                           f"the job being run ({job!r})")
@@ -712,9 +713,13 @@ def mask_value(key: str, value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def mask_text(text: str, secrets: list[str]) -> str:
+# Every secret value any loaded config held, so error printouts can mask them.
+KNOWN_SECRETS: set[str] = set()
+
+
+def mask_text(text: str, secrets: list[str] | None = None) -> str:
     """Remove secret values from free text (log lines, exception messages)."""
-    for secret in secrets:
+    for secret in sorted({*(secrets or ()), *KNOWN_SECRETS}, key=len, reverse=True):
         if secret:
             text = text.replace(secret, "******")
     return text

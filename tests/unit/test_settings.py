@@ -147,3 +147,17 @@ def test_secret_reference_to_unset_env_names_it(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as err:
         load_settings("demo", conf_dir=conf, environ={})
     assert "kafka.security.password: environment variable TEST_KAFKA_PASSWORD is not set" in str(err.value)
+
+
+def test_error_lines_mask_secrets_of_loaded_configs(tmp_path, capsys):
+    from pipelines.runner import guarded
+
+    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+                                  "username: u, password: '${env:TEST_KAFKA_PASSWORD}'}}\n")
+    load_settings("demo", conf_dir=conf, environ={})
+
+    def fails() -> int:
+        raise ConfigError("login failed with password s3cr3t-value for user u")
+
+    assert guarded(fails) == 2
+    assert capsys.readouterr().err.strip() == "error: login failed with password ****** for user u"
