@@ -21,6 +21,10 @@ def checkpoint_dir(settings: Settings) -> str:
     return settings.checkpoint.storage.replace("{job}", settings.job.name)
 
 
+def savepoint_dir(settings: Settings) -> str:
+    return settings.checkpoint.savepoints.replace("{job}", settings.job.name)
+
+
 def flink_configuration(settings: Settings, jar_paths: list[Path] | None = None,
                         python: str | None = None) -> dict[str, str]:
     """The Flink configuration a job runs with, as plain key/value strings."""
@@ -34,7 +38,7 @@ def flink_configuration(settings: Settings, jar_paths: list[Path] | None = None,
         "python.executable": python,
         "python.client.executable": python,
         "execution.checkpointing.dir": checkpoint_dir(settings),
-        "execution.checkpointing.savepoint-dir": cp.savepoints.replace("{job}", settings.job.name),
+        "execution.checkpointing.savepoint-dir": savepoint_dir(settings),
         "execution.checkpointing.storage": "filesystem",
         "python.fn-execution.bundle.size": str(
             settings.python.bundle_size or settings.enrichment.elements_in_flight()),

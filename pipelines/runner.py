@@ -14,8 +14,8 @@ import socket
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from pipelines.jars import JarError
@@ -89,13 +89,13 @@ def explain_java_error(exc: BaseException) -> str | None:
     return lines[0] if lines else type(exc).__name__
 
 
-def guarded(action: Callable[[], int], secrets: list[str] | None = None) -> int:
+def guarded(action: Callable[[], int]) -> int:
     """Run `action`, turning known failures into one line on stderr and exit code 2.
     Secret values of any config loaded so far are masked in that line."""
     try:
         return action()
     except (ConfigError, JarError, Failure) as exc:
-        print(mask_text(f"error: {exc}", secrets or []), file=sys.stderr)
+        print(mask_text(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -104,7 +104,7 @@ def guarded(action: Callable[[], int], secrets: list[str] | None = None) -> int:
         line = explain_java_error(exc)
         if line is None:
             raise
-        print(mask_text(f"error: {line}", secrets or []), file=sys.stderr)
+        print(mask_text(f"error: {line}"), file=sys.stderr)
         return 1
 
 
@@ -188,9 +188,10 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
 def _stop(client, settings, savepoint: bool, log) -> str:
     """Ctrl-C: stop with a savepoint when asked, else cancel (retained checkpoints stay)."""
     if savepoint:
-        target = settings.checkpoint.savepoints.replace("{job}", settings.job.name)
+        from pipelines.environment import savepoint_dir
+
         log("stopping: taking a savepoint, then stopping the job")
-        path = _stop_with_savepoint(client, target)
+        path = _stop_with_savepoint(client, savepoint_dir(settings))
         log(f"savepoint written to {path}")
         log(f"resume with: pipelines run {settings.job.name} --from-checkpoint {path}")
         return "STOPPED"
