@@ -7,6 +7,7 @@ jars/broker/pom.xml into .local/kafka/libs; data, config and logs live beside it
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +31,12 @@ class Broker:
     state_dir: Path = STATE_DIR
     port: int = DEFAULT_PORT
     transaction_max_timeout_ms: int | None = None  # None: Kafka's default (900000)
+    controller_port: int | None = None  # None: port + 1
+
+    @property
+    def ctl_port(self) -> int:
+        """The KRaft controller listener; a second port the broker binds besides `port`."""
+        return self.controller_port if self.controller_port is not None else self.port + 1
 
     @property
     def bootstrap(self) -> str:
@@ -72,7 +79,7 @@ class Broker:
 
     def _write_config(self) -> Path:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        ctl = self.port + 1
+        ctl = self.ctl_port
         lines = [
             "process.roles=broker,controller",
             "node.id=1",
@@ -159,10 +166,13 @@ class Broker:
         if self.pid() and self.ready():
             log(f"kafka    running at {self.bootstrap} (pid {self.pid()})")
             return
+        if not self.pid():
+            for port, role in ((self.port, "client"), (self.ctl_port, "controller")):
+                if not _port_free(port):
+                    raise BrokerError(
+                        f"the broker's {role} port {port} is taken by another process; stop it "
+                        f"or set PIPELINES_KAFKA_PORT to a port P with P and P+1 free")
         self.ensure_libs(log)
-        if not _port_free(self.port) and not self.pid():
-            raise BrokerError(f"port {self.port} is taken by another process; stop it or set "
-                              f"PIPELINES_KAFKA_PORT to a free port")
         props = self._write_config()
         self._format(props)
         heap = os.environ.get("PIPELINES_KAFKA_HEAP", "-Xmx768m")
@@ -177,8 +187,10 @@ class Broker:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise BrokerError(f"the broker exited with code {proc.returncode}; "
-                                  f"last lines of {self.log_file}:\n{self.log_tail()}")
+                cause = self.first_error()
+                raise BrokerError(f"the broker exited with code {proc.returncode}"
+                                  f"{': ' + cause if cause else ''}; last lines of "
+                                  f"{self.log_file}:\n{self.log_tail()}")
             if self.ready(timeout=1.0):
                 log(f"kafka    started at {self.bootstrap} (pid {proc.pid}, log {self.log_file})")
                 return
@@ -218,6 +230,22 @@ class Broker:
                "--bootstrap-server", bootstrap or self.bootstrap, *args]
         return subprocess.run(cmd).returncode
 
+    def first_error(self) -> str:
+        """The log's first ERROR line: the cause, which a stack trace's tail does not show."""
+        if not self.log_file.is_file():
+            return ""
+        lines = self.log_file.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if " ERROR " in line or " FATAL " in line:
+                error = line.split("] ", 1)[-1].removeprefix("ERROR ").removeprefix("FATAL ")
+                following = lines[i + 1] if i + 1 < len(lines) else ""
+                # The exception line under it ("o.a.k...KafkaException: Socket server failed to
+                # bind to ...") says why; keep its message without the class name.
+                if re.match(r"^[\w.$]+(Exception|Error): ", following):
+                    error += " -- " + following.split(": ", 1)[1]
+                return error.strip()[:400]
+        return ""
+
     def log_tail(self, lines: int = 15) -> str:
         text = ""
         for path in (self.log_file, self.state_dir / "stdout.log"):
@@ -234,6 +262,21 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def free_port_pair(low: int = 20000, high: int = 32000) -> int:
+    """A port P with P and P+1 free, for a throw-away broker.
+
+    Below Linux's ephemeral range (32768+) on purpose: a port from bind(0) is odd, and connect()
+    prefers the even ports beside it, so P+1 from there is soon taken by some outgoing connection.
+    """
+    import random
+
+    for _ in range(200):
+        port = random.randrange(low, high)
+        if _port_free(port) and _port_free(port + 1):
+            return port
+    raise BrokerError(f"no two adjacent free ports found in {low}..{high}")
 
 
 def _wait_port_free(port: int, wait_s: float) -> None:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipelines.devtools.kafka_broker import Broker
+from pipelines.devtools.kafka_broker import Broker, BrokerError, free_port_pair
 from pipelines.devtools.topics import create_topics
 from tests.conftest import run_cli
 
@@ -47,10 +47,8 @@ def test_transaction_timeout_above_default_broker_max(kafka, names, topics):
 
 def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
     """A broker configured with a 5 min limit refuses a 10 min timeout that 15 min allows."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    strict = Broker(state_dir=tmp_path / "kafka", port=port, transaction_max_timeout_ms=300_000)
+    strict = Broker(state_dir=tmp_path / "kafka", port=free_port_pair(),
+                    transaction_max_timeout_ms=300_000)
     strict.up(log=lambda *_: None)
     try:
         bootstrap = strict.bootstrap
@@ -61,6 +59,21 @@ def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
                 in proc.stdout)
     finally:
         strict.down(log=lambda *_: None)
+
+
+def test_taken_controller_port_is_named_before_the_broker_starts(tmp_path):
+    """The KRaft controller binds port+1; a clash there used to surface as a Java stack trace."""
+    port = free_port_pair()
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", port + 1))
+        blocker.listen()
+        broker = Broker(state_dir=tmp_path / "kafka", port=port)
+        with pytest.raises(BrokerError) as caught:
+            broker.up(log=lambda *_: None)
+    assert str(caught.value) == (
+        f"the broker's controller port {port + 1} is taken by another process; stop it or set "
+        f"PIPELINES_KAFKA_PORT to a port P with P and P+1 free")
+    assert broker.pid() is None
 
 
 def test_missing_topics_are_named(kafka, names):
