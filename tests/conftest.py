@@ -86,14 +86,10 @@ def flink_cluster(kafka):
 @pytest.fixture
 def enrichment_service():
     """A real enrichment HTTP service on a free port, for one test."""
-    import socket
-
     from pipelines.devtools.enrichment_service import Service
+    from pipelines.devtools.ports import free_ports
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    service = Service(port=port)
+    service = Service(port=free_ports())
     service.up(latency_ms=5, log=lambda *_: None)
     yield service
     service.down(log=lambda *_: None)

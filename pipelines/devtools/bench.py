@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import Service
 from pipelines.devtools.kafka_broker import Broker
+from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import committed_offsets, create_topics, delete_topics, produce, read_all
 from pipelines.settings import PROJECT_ROOT
 
@@ -48,12 +48,6 @@ class Result:
     ratio_to_async: float | None = None
     limit: float | None = None
     ratio_to_limit: float | None = None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 VARIANTS = {  # label -> (enrichment.operator, extra settings)
@@ -168,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     broker = Broker()
     broker.up(log=lambda *_: None)
-    service = Service(port=_free_port())
+    service = Service(port=free_ports())
     service.up(latency_ms=50, log=lambda *_: None)
     results: list[Result] = []
     try:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.devtools.ports import port_free
 from pipelines.settings import PROJECT_ROOT
 
 STATE_DIR = Path(os.environ.get("PIPELINES_KAFKA_DIR", PROJECT_ROOT / ".local" / "kafka"))
@@ -168,7 +168,7 @@ class Broker:
             return
         if not self.pid():
             for port, role in ((self.port, "client"), (self.ctl_port, "controller")):
-                if not _port_free(port):
+                if not port_free(port):
                     raise BrokerError(
                         f"the broker's {role} port {port} is taken by another process; stop it "
                         f"or set PIPELINES_KAFKA_PORT to a port P with P and P+1 free")
@@ -254,34 +254,9 @@ class Broker:
         return text.rstrip() or "(no log written)"
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_pair(low: int = 20000, high: int = 32000) -> int:
-    """A port P with P and P+1 free, for a throw-away broker.
-
-    Below Linux's ephemeral range (32768+) on purpose: a port from bind(0) is odd, and connect()
-    prefers the even ports beside it, so P+1 from there is soon taken by some outgoing connection.
-    """
-    import random
-
-    for _ in range(200):
-        port = random.randrange(low, high)
-        if _port_free(port) and _port_free(port + 1):
-            return port
-    raise BrokerError(f"no two adjacent free ports found in {low}..{high}")
-
-
 def _wait_port_free(port: int, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not _port_free(port):
+    while time.monotonic() < deadline and not port_free(port):
         time.sleep(0.2)
 
 

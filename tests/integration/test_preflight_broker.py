@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from pipelines.devtools.kafka_broker import Broker, BrokerError, free_port_pair
+from pipelines.devtools.kafka_broker import Broker, BrokerError
+from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics
 from tests.conftest import run_cli
 
@@ -47,7 +48,7 @@ def test_transaction_timeout_above_default_broker_max(kafka, names, topics):
 
 def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
     """A broker configured with a 5 min limit refuses a 10 min timeout that 15 min allows."""
-    strict = Broker(state_dir=tmp_path / "kafka", port=free_port_pair(),
+    strict = Broker(state_dir=tmp_path / "kafka", port=free_ports(2),
                     transaction_max_timeout_ms=300_000)
     strict.up(log=lambda *_: None)
     try:
@@ -63,7 +64,7 @@ def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
 
 def test_taken_controller_port_is_named_before_the_broker_starts(tmp_path):
     """The KRaft controller binds port+1; a clash there used to surface as a Java stack trace."""
-    port = free_port_pair()
+    port = free_ports(2)
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", port + 1))
         blocker.listen()
