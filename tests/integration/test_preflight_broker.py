@@ -100,9 +100,7 @@ def test_parallelism_above_partitions_warns_but_passes(kafka, names, topics):
 
 
 def test_unreachable_broker_is_one_line_within_seconds(names):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    port = free_ports()  # nothing listens here
     started = time.monotonic()
     proc = doctor(f"127.0.0.1:{port}", names)
     elapsed = time.monotonic() - started
