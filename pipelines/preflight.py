@@ -99,7 +99,7 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     sink_topics = [("sink.topic", s.sink.topic)]
     if s.sink.dead_letter_topic:
         sink_topics.append(("sink.dead_letter_topic", s.sink.dead_letter_topic))
-    if s.window.late_topic and s.job.name == "windowed":
+    if s.window.late_topic:  # any job that sets one, e.g. made by `pipelines new --from windowed`
         sink_topics.append(("window.late_topic", s.window.late_topic))
     for key, topic in sink_topics:
         if topic not in partitions:

@@ -10,6 +10,8 @@ import pytest
 from pipelines.devtools.kafka_broker import Broker, BrokerError
 from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics
+from pipelines.preflight import broker_problems
+from pipelines.settings import load_settings
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
@@ -82,6 +84,18 @@ def test_missing_topics_are_named(kafka, names):
     assert proc.returncode == 2
     assert f"error: source.topics: topic '{names('in')}' does not exist on {kafka}" in proc.stdout
     assert f"error: sink.topic: topic '{names('out')}' does not exist on {kafka}" in proc.stdout
+
+
+def test_missing_late_topic_is_named_for_a_job_made_from_the_windowed_one(kafka, names):
+    """Preflight used to check window.late_topic only for a job named `windowed`."""
+    create_topics(kafka, {names("in"): 3, names("out"): 1, names("dlq"): 1})
+    settings = load_settings("windowed", environ={}, overrides=[
+        f"kafka.bootstrap_servers={kafka}", f"source.topics=[{names('in')}]",
+        f"sink.topic={names('out')}", f"sink.dead_letter_topic={names('dlq')}",
+        f"window.late_topic={names('late')}"]).settings
+    copied = settings.model_copy(update={"job": settings.job.model_copy(update={"name": "my_counts"})})
+    assert [str(p) for p in broker_problems(copied)] == [
+        f"error: window.late_topic: topic '{names('late')}' does not exist on {kafka}"]
 
 
 def test_specific_offset_on_missing_partition(kafka, names, topics):
