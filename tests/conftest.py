@@ -52,6 +52,22 @@ def names(request):
     return make
 
 
+def topic_args(kafka: str, names, *, out: str = "out", tx_suffix: str = "",
+               dead_letters: bool = False, late: bool = False) -> list[str]:
+    """The `--set` arguments that point a job at this test's broker, topics, group and
+    transactional id prefix (each named by the `names` fixture: in, out, group, tx, dlq, late)."""
+    sets = [f"kafka.bootstrap_servers={kafka}",
+            f"source.topics=[{names('in')}]",
+            f"source.group_id={names('group')}",
+            f"sink.topic={names(out)}",
+            f"sink.transactional_id_prefix={names('tx')}{tx_suffix}"]
+    if dead_letters:
+        sets.append(f"sink.dead_letter_topic={names('dlq')}")
+    if late:
+        sets.append(f"window.late_topic={names('late')}")
+    return [arg for item in sets for arg in ("--set", item)]
+
+
 def job_env(extra: dict | None = None) -> dict:
     """The environment for job processes: this checkout's `pipelines` first on the path,
     for the CLI and for the Python workers Flink starts from it."""

@@ -10,22 +10,15 @@ import pytest
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import company_profile
 from pipelines.devtools.topics import committed_offsets, create_topics, end_offsets, produce, read_all
-from tests.conftest import run_cli
+from tests.conftest import run_cli, topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration
 
 
 def enrich_args(kafka, names, service, *extra, out="out"):
-    return ["enrich",
-            "--set", f"kafka.bootstrap_servers={kafka}",
-            "--set", f"source.topics=[{names('in')}]",
-            "--set", f"source.group_id={names('group')}",
-            "--set", f"sink.topic={names(out)}",
-            "--set", f"sink.dead_letter_topic={names('dlq')}",
-            "--set", f"sink.transactional_id_prefix={names('tx')}-{out}",
-            "--set", f"enrichment.url={service.url}",
-            *extra]
+    return ["enrich", *topic_args(kafka, names, out=out, tx_suffix=f"-{out}", dead_letters=True),
+            "--set", f"enrichment.url={service.url}", *extra]
 
 
 def _decoded(kafka, topic) -> list[dict]:

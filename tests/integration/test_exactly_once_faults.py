@@ -21,7 +21,7 @@ import pytest
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.kafka_broker import Broker
 from pipelines.devtools.topics import committed_offsets, create_topics, end_offsets, produce, read_all
-from tests.conftest import CLI, ROOT, run_cli
+from tests.conftest import CLI, ROOT, run_cli, topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration
@@ -34,13 +34,7 @@ def job(kafka, names, enrichment_service, tmp_path):
     """Topics with N records, and the enrich job's arguments for them."""
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(N))
-    args = ["enrich",
-            "--set", f"kafka.bootstrap_servers={kafka}",
-            "--set", f"source.topics=[{names('in')}]",
-            "--set", f"source.group_id={names('group')}",
-            "--set", f"sink.topic={names('out')}",
-            "--set", f"sink.dead_letter_topic={names('dlq')}",
-            "--set", f"sink.transactional_id_prefix={names('tx')}",
+    args = ["enrich", *topic_args(kafka, names, dead_letters=True),
             "--set", f"enrichment.url={enrichment_service.url}",
             "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
             "--set", f"checkpoint.savepoints=file://{tmp_path}/savepoints",

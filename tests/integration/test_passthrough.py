@@ -5,18 +5,14 @@ from __future__ import annotations
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
 
 def _job_args(names, kafka):
     return [
-        "--set", f"kafka.bootstrap_servers={kafka}",
-        "--set", f"source.topics=[{names('in')}]",
-        "--set", f"source.group_id={names('group')}",
-        "--set", f"sink.topic={names('out')}",
-        "--set", f"sink.transactional_id_prefix={names('tx')}",
+        *topic_args(kafka, names),
         "--set", "source.bounded=true",
         "--set", "checkpoint.interval=1s",
     ]

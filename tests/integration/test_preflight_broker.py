@@ -12,18 +12,13 @@ from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics
 from pipelines.preflight import broker_problems
 from pipelines.settings import load_settings
-from tests.conftest import run_cli
+from tests.conftest import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
 
 def doctor(kafka, names, *extra, check=False):
-    args = ["doctor", "passthrough",
-            "--set", f"kafka.bootstrap_servers={kafka}",
-            "--set", f"source.topics=[{names('in')}]",
-            "--set", f"source.group_id={names('group')}",
-            "--set", f"sink.topic={names('out')}",
-            "--set", f"sink.transactional_id_prefix={names('tx')}", *extra]
+    args = ["doctor", "passthrough", *topic_args(kafka, names), *extra]
     return run_cli(*args, check=check, timeout=60)
 
 

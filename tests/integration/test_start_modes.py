@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
-from tests.conftest import run_cli
+from tests.conftest import run_cli, topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration
@@ -25,13 +25,7 @@ def _seed(kafka, names, timestamps=None):
 
 
 def _args(kafka, names, *extra):
-    return ["passthrough",
-            "--set", f"kafka.bootstrap_servers={kafka}",
-            "--set", f"source.topics=[{names('in')}]",
-            "--set", f"source.group_id={names('group')}",
-            "--set", f"sink.topic={names('out')}",
-            "--set", f"sink.transactional_id_prefix={names('tx')}",
-            "--set", "checkpoint.interval=1s", *extra]
+    return ["passthrough", *topic_args(kafka, names), "--set", "checkpoint.interval=1s", *extra]
 
 
 def _bounded(kafka, names, *extra, check=True):

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
+from tests.conftest import topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration
@@ -56,14 +57,7 @@ def expected_counts(sent, windows: int) -> dict[tuple[str, int], int]:
 
 
 def job_args(kafka, names, *extra):
-    return ["windowed",
-            "--set", f"kafka.bootstrap_servers={kafka}",
-            "--set", f"source.topics=[{names('in')}]",
-            "--set", f"source.group_id={names('group')}",
-            "--set", f"sink.topic={names('out')}",
-            "--set", f"sink.dead_letter_topic={names('dlq')}",
-            "--set", f"window.late_topic={names('late')}",
-            "--set", f"sink.transactional_id_prefix={names('tx')}",
+    return ["windowed", *topic_args(kafka, names, dead_letters=True, late=True),
             "--set", "source.start.mode=earliest",
             "--set", "checkpoint.interval=1s",
             "--set", "watermarks.max_out_of_orderness=1s",
