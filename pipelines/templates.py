@@ -87,7 +87,7 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import run_cli
+from tests.conftest import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -96,13 +96,7 @@ def test_{name}_processes_every_record_once(kafka, names, enrichment_service):
     total, bad_every = 300, 50
     create_topics(kafka, {{names("in"): 3, names("out"): 3, names("dlq"): 1}})
     produce(kafka, names("in"), demo_values(total, bad_every=bad_every))
-    run_cli("run", "{name}",
-            "--set", f"kafka.bootstrap_servers={{kafka}}",
-            "--set", f"source.topics=[{{names('in')}}]",
-            "--set", f"source.group_id={{names('group')}}",
-            "--set", f"sink.topic={{names('out')}}",
-            "--set", f"sink.dead_letter_topic={{names('dlq')}}",
-            "--set", f"sink.transactional_id_prefix={{names('tx')}}",
+    run_cli("run", "{name}", *topic_args(kafka, names, dead_letters=True),
             "--set", f"enrichment.url={{enrichment_service.url}}",
             "--set", "source.bounded=true", "--set", "checkpoint.interval=1s")
     out = [json.loads(v) for v in read_all(kafka, names("out"))]
@@ -122,7 +116,7 @@ from collections import Counter
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import run_cli
+from tests.conftest import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -133,14 +127,7 @@ def test_{name}_counts_every_window(kafka, names):
     records = [{{"id": i, "key": "k" + str(i % 3), "ts": BASE + i * 250}} for i in range(200)]
     create_topics(kafka, {{names("in"): 3, names("out"): 3, names("dlq"): 1, names("late"): 1}})
     produce(kafka, names("in"), [json.dumps(r) for r in records])
-    run_cli("run", "{name}",
-            "--set", f"kafka.bootstrap_servers={{kafka}}",
-            "--set", f"source.topics=[{{names('in')}}]",
-            "--set", f"source.group_id={{names('group')}}",
-            "--set", f"sink.topic={{names('out')}}",
-            "--set", f"sink.dead_letter_topic={{names('dlq')}}",
-            "--set", f"window.late_topic={{names('late')}}",
-            "--set", f"sink.transactional_id_prefix={{names('tx')}}",
+    run_cli("run", "{name}", *topic_args(kafka, names, dead_letters=True, late=True),
             "--set", "source.bounded=true", "--set", "checkpoint.interval=1s",
             "--set", "watermarks.max_out_of_orderness=60s")
     expected = Counter((r["key"], BASE + (r["ts"] - BASE) // 10_000 * 10_000) for r in records)
