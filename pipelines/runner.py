@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import signal
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from typing import Callable
 
 from pipelines.jars import JarError
 from pipelines.preflight import has_errors, run_preflight
+from pipelines.processes import ProcessGroups
 from pipelines.settings import ConfigError, Loaded, load_settings, mask_text
 
 EXIT_BAD_INPUT = 2
@@ -108,7 +112,11 @@ def guarded(action: Callable[[], int]) -> int:
 
 
 def job_main(job: str, build, argv: list[str]) -> None:
-    """The body of every job's `main`: works standalone and under `flink run`."""
+    """The body of every job's `main`: works standalone and under `flink run`.
+
+    Standalone (`python -m pipelines.jobs.<job>`) it starts a local mini-cluster, whose JVM
+    is owned like `pipelines run`'s; under `flink run` the gateway is the Flink client's.
+    """
     parser = job_arguments(argparse.ArgumentParser(prog=f"pipelines.jobs.{job}"))
     args = parser.parse_args(argv)
 
@@ -123,23 +131,101 @@ def job_main(job: str, build, argv: list[str]) -> None:
         print(f"job {job} finished: {result.get_job_id()}")
         return 0
 
-    sys.exit(guarded(action))
+    if "PYFLINK_GATEWAY_PORT" in os.environ:  # under `flink run`: the client owns the JVM
+        sys.exit(guarded(action))
+    from pipelines.flink_compat import gateway_in_group
+
+    owner = ProcessGroups()
+    stops = StopSignals(owner).install()
+    try:
+        with gateway_in_group(owner):
+            code = guarded(action)
+    finally:
+        owner.end()
+        stops.restore()
+    sys.exit(code)
+
+
+# ------------------------------------------------------------------ stopping
+
+STOP_DEADLINE_S = 27.0     # a stop request ends the process within this, whatever happens
+SAVEPOINT_TIMEOUT_S = 15.0  # then: report, cancel, name the last retained checkpoint
+CANCEL_TIMEOUT_S = 6.0
+
+
+class StopRequested(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: stop the job (cancel, or savepoint when asked)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signame = signal.Signals(signum).name
+
+
+class StopSignals:
+    """Our own SIGINT and SIGTERM handlers, installed whatever dispositions we inherited.
+
+    A process started in the background of a non-interactive shell inherits SIGINT as
+    ignored, and Python then installs no KeyboardInterrupt handler: Ctrl-C (or `kill -INT`
+    from a test or a CI runner) did nothing at all. SIGTERM (Kubernetes, systemd, `timeout`)
+    killed the CLI without cancelling the job. Here both raise StopRequested in the main
+    thread; a watchdog bounds the graceful stop, and a second signal exits at once. Either
+    way the owned process groups (the JVM and its Python workers) are ended.
+    """
+
+    def __init__(self, owner: ProcessGroups, log=print, deadline_s: float = STOP_DEADLINE_S):
+        self.owner = owner
+        self.log = log
+        self.deadline_s = deadline_s
+        self.requested: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is None:
+            self.requested = name
+            threading.Thread(target=self._watchdog, name="stop-watchdog", daemon=True).start()
+            raise StopRequested(signum)
+        self._force(f"{name} again: exiting now", 130)
+
+    def _watchdog(self) -> None:
+        time.sleep(self.deadline_s)
+        self._force(f"the stop did not finish within {self.deadline_s:.0f} s: "
+                    f"killing the job's processes", 1)
+
+    def _force(self, message: str, code: int) -> None:
+        try:
+            print(message, file=sys.stderr, flush=True)
+        finally:
+            self.owner.end(grace_s=1.0)
+            os._exit(code)
+
+
+def _owned_local_run(body: Callable[[], RunResult], log) -> RunResult:
+    """Run `body` with stop signals handled and the JVM's process group owned."""
+    from pipelines.flink_compat import gateway_in_group
+
+    owner = ProcessGroups()
+    stops = StopSignals(owner, log).install()
+    try:
+        with gateway_in_group(owner):
+            return body()
+    finally:
+        owner.end()
+        stops.restore()
 
 
 # ------------------------------------------------------------------ local runs with progress
-
-def mini_cluster_rest_url(client) -> str:
-    """The REST address the mini-cluster bound, read from the job client.
-
-    The mini-cluster binds port 0 and the kernel picks: choosing a free port beforehand and
-    handing it over raced with every other bind in the JVM (a CI run lost that race). PyFlink has
-    no accessor for the address, so this reads MiniClusterJobClient's cluster (Flink 2.2).
-    """
-    j_client = client._j_job_client
-    field = j_client.getClass().getDeclaredField("miniCluster")
-    field.setAccessible(True)
-    return str(field.get(j_client).getRestAddress().get().toString()).rstrip("/")
-
 
 @dataclass
 class RunResult:
@@ -152,11 +238,34 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
               extra_conf: dict[str, str] | None = None) -> RunResult:
     """Run a job on an in-process mini-cluster, printing progress until it ends.
 
-    Ctrl-C cancels the job (its last retained checkpoint stays for --from-checkpoint).
+    SIGINT/SIGTERM cancel the job (its last retained checkpoint stays for
+    --from-checkpoint), or stop it with a savepoint under --savepoint-on-stop; in every
+    phase (loading, building, submitting, starting, running, savepointing) the stop ends
+    within STOP_DEADLINE_S and leaves no process behind.
     """
+    state: dict = {"settings": None, "client": None}
+
+    def body() -> RunResult:
+        try:
+            return _run_local(job, args, log, progress_every, extra_conf, state)
+        except StopRequested as stop:
+            client, settings = state["client"], state["settings"]
+            if client is None:
+                log(f"stopping ({stop.signame}): no job was running yet")
+                return RunResult("", "STOPPED", 0)
+            status = _stop(client, settings, getattr(args, "savepoint_on_stop", False), log,
+                           state.get("job_id", ""), stop.signame)
+            return RunResult(state.get("job_id", ""), status, 0)
+
+    return _owned_local_run(body, log)
+
+
+def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
     loaded = prepare(job, args, log)
+    state["settings"] = loaded.settings
     module = load_job(job)
     from pipelines.environment import create_environment
+    from pipelines.flink_compat import mini_cluster_rest_url
 
     extra = {"rest.bind-port": "0", "rest.address": "127.0.0.1",
              "rest.bind-address": "127.0.0.1",
@@ -164,7 +273,9 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
     env = create_environment(loaded.settings, extra)
     module.build(env, loaded.settings)
     client = env.execute_async(job)
+    state["client"] = client
     job_id = str(client.get_job_id())
+    state["job_id"] = job_id
     try:
         url = mini_cluster_rest_url(client)
     except Exception as exc:  # noqa: BLE001 - progress is a nicety; the job runs without it
@@ -173,51 +284,70 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
     log(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
     monitor = ProgressMonitor(url, job_id)
     outcome = client.get_job_execution_result()
-    status = "FINISHED"
     shown, shown_at = None, 0.0
-    try:
-        while not outcome.done():
-            line = monitor.line()
-            # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
-            if line and (line != shown or time.monotonic() - shown_at > 30):
-                log(line)
-                shown, shown_at = line, time.monotonic()
-            _wait_done(outcome, progress_every)
-    except KeyboardInterrupt:
-        status = _stop(client, loaded.settings, getattr(args, "savepoint_on_stop", False), log)
+    while not outcome.done():
+        line = monitor.line()
+        # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
+        if line and (line != shown or time.monotonic() - shown_at > 30):
+            log(line)
+            shown, shown_at = line, time.monotonic()
+        _wait_done(outcome, progress_every)
     checkpoints = monitor.completed_checkpoints()
-    if status == "FINISHED":
-        try:
-            outcome.result()
-        except Exception as exc:  # noqa: BLE001
-            raise Failure(f"job {job} failed: {explain_java_error(exc) or exc}") from None
-    log(f"job {job} {status.lower()}")
-    return RunResult(job_id, status, checkpoints)
+    try:
+        outcome.result()
+    except Exception as exc:  # noqa: BLE001
+        raise Failure(f"job {job} failed: {explain_java_error(exc) or exc}") from None
+    log(f"job {job} finished")
+    return RunResult(job_id, "FINISHED", checkpoints)
 
 
-def _stop(client, settings, savepoint: bool, log) -> str:
-    """Ctrl-C: stop with a savepoint when asked, else cancel (retained checkpoints stay)."""
+def _stop(client, settings, savepoint: bool, log, job_id: str, why: str) -> str:
+    """Stop with a savepoint when asked, else cancel (retained checkpoints stay).
+    Every step has a deadline; a savepoint that cannot finish in time is reported and the
+    job is cancelled instead."""
+    from pipelines import flink_compat
+
     if savepoint:
         from pipelines.environment import savepoint_dir
 
-        log("stopping: taking a savepoint, then stopping the job")
-        path = _stop_with_savepoint(client, savepoint_dir(settings))
-        log(f"savepoint written to {path}")
-        log(f"resume with: pipelines run {settings.job.name} --from-checkpoint {path}")
-        return "STOPPED"
-    log("stopping: cancelling the job (retained checkpoints stay on disk; resume with "
-        "--from-checkpoint latest)")
-    client.cancel().result()
+        log(f"stopping ({why}): taking a savepoint, then stopping the job "
+            f"(at most {SAVEPOINT_TIMEOUT_S:.0f} s)")
+        try:
+            path = flink_compat.stop_with_savepoint(client, savepoint_dir(settings),
+                                                    SAVEPOINT_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - timeout, job not running, Py4J
+            reason = ("it did not complete in time" if flink_compat.is_java_timeout(exc)
+                      else explain_java_error(exc) or str(exc).splitlines()[0])
+            log(f"savepoint failed: {reason}; cancelling the job instead")
+        else:
+            log(f"savepoint written to {path}")
+            log(f"resume with: pipelines run {settings.job.name} --from-checkpoint {path}")
+            log(f"job {settings.job.name} stopped")
+            return "STOPPED"
+    else:
+        log(f"stopping ({why}): cancelling the job")
+    try:
+        flink_compat.cancel_job(client, CANCEL_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - already ended, or the cancel hangs
+        log(f"cancel did not confirm within {CANCEL_TIMEOUT_S:.0f} s "
+            f"({explain_java_error(exc) or type(exc).__name__}); ending its processes")
+    log(_retained_line(settings, job_id))
+    log(f"job {settings.job.name} canceled")
     return "CANCELED"
 
 
-def _stop_with_savepoint(client, target: str) -> str:
-    """PyFlink 2.2's JobClient.stop_with_savepoint calls a Java signature that no longer
-    exists (it lacks the SavepointFormatType argument); call the Java client directly."""
-    from pyflink.java_gateway import get_gateway
+def _retained_line(settings, job_id: str) -> str:
+    from pipelines.checkpoints import retained_checkpoints
 
-    fmt = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
-    return str(client._j_job_client.stopWithSavepoint(False, target, fmt).get())
+    try:
+        found = retained_checkpoints(settings)
+    except Exception:  # noqa: BLE001 - remote storage: nothing to list here
+        found = []
+    mine = [p for p in found if p.parent.name == job_id] or found
+    if not mine:
+        return "no retained checkpoint to resume from"
+    return (f"last retained checkpoint: {mine[-1].as_uri()} "
+            f"(resume with --from-checkpoint latest)")
 
 
 def _wait_done(future, seconds: float) -> None:

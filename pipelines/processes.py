@@ -1,0 +1,159 @@
+"""Owning the processes a run starts, so that none outlives it on any exit path.
+
+A local run starts a JVM (the mini-cluster, through PyFlink's gateway), which starts
+Python workers (`pyflink-udf-runner.sh` -> `beam_boot` | `tee`). Killing only the JVM
+orphans the workers (they were seen alive with parent PID 1 long after CI ended), so the
+JVM is started in a process group of its own and the whole group is ended.
+
+Normal exits, exceptions and signals end the group from `ProcessGroups.end()`. For the
+one path no code of ours runs on, SIGKILL of this process, a small reaper process (in a
+session of its own, so the terminal's Ctrl-C and a CI runner's group kill do not reach
+it) holds the read end of a pipe: when this process dies for any reason the pipe closes
+and the reaper ends every group it was told about, then exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GRACE_S = 5.0
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:
+    """SIGTERM each group, wait up to `grace_s` for it to empty, then SIGKILL what is left."""
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(group_alive(g) for g in pgids):
+        time.sleep(0.05)
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class ProcessGroups:
+    """The process groups this process owns, with a reaper as the backstop."""
+
+    def __init__(self) -> None:
+        self.groups: list[int] = []
+        self._reaper: subprocess.Popen | None = None
+
+    def _ensure_reaper(self) -> subprocess.Popen:
+        if self._reaper is None or self._reaper.poll() is not None:
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-m", "pipelines.processes"], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "PYTHONPATH": _package_parent()})
+        return self._reaper
+
+    def adopt(self, pgid: int) -> None:
+        """Own the process group `pgid` from now on (its leader must already exist)."""
+        reaper = self._ensure_reaper()
+        self.groups.append(pgid)
+        assert reaper.stdin is not None
+        reaper.stdin.write(f"{pgid}\n".encode())
+        reaper.stdin.flush()
+
+    def popen(self, args, **kwargs) -> subprocess.Popen:
+        """Popen in a new process group owned by this object."""
+        proc = subprocess.Popen(args, process_group=0, **kwargs)
+        self.adopt(proc.pid)
+        return proc
+
+    def end(self, grace_s: float = GRACE_S) -> None:
+        """End every owned group (bounded by about `grace_s`), then let the reaper go."""
+        groups, self.groups = self.groups, []
+        if groups:
+            end_groups(groups, grace_s)
+        if self._reaper is not None:
+            try:
+                assert self._reaper.stdin is not None
+                self._reaper.stdin.close()  # EOF: the reaper finds the groups gone and exits
+            except OSError:
+                pass
+            try:
+                self._reaper.wait(timeout=grace_s + 2)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+            self._reaper = None
+
+    def members(self) -> list[int]:
+        """PIDs now in the owned groups (for progress and for tests)."""
+        return [pid for pid, pgid in _process_groups().items() if pgid in self.groups]
+
+
+def _package_parent() -> str:
+    here = str(Path(__file__).resolve().parent.parent)
+    existing = os.environ.get("PYTHONPATH")
+    return f"{here}:{existing}" if existing else here
+
+
+def _proc_stats() -> dict[int, list[str]]:
+    """The fields after the command name of /proc/<pid>/stat, for every process."""
+    out: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return out
+
+
+def _process_groups() -> dict[int, int]:
+    return {pid: int(fields[2]) for pid, fields in _proc_stats().items()}
+
+
+def descendants(pid: int) -> set[int]:
+    """`pid` and every process below it in the parent tree, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for child, fields in _proc_stats().items():
+        children.setdefault(int(fields[1]), []).append(child)
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.add(current)
+        todo.extend(children.get(current, ()))
+    return found
+
+
+def _reap() -> int:
+    """The reaper: read PGIDs until EOF (the owner is gone, however it went), end them."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    groups: list[int] = []
+    for line in sys.stdin.buffer:
+        try:
+            groups.append(int(line))
+        except ValueError:
+            continue
+    live = [g for g in groups if group_alive(g)]
+    if live:
+        end_groups(live)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_reap())
