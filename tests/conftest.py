@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "pipelines.cli"]
+from tests.support import (  # noqa: F401
+    CLI,
+    ROOT,
+    become_subreaper,
+    end_all_started,
+    job_env,
+    run_cli,
+    topic_args,
+)
+
+become_subreaper()
 
 
 def _docker_answers() -> bool:
@@ -52,38 +59,14 @@ def names(request):
     return make
 
 
-def topic_args(kafka: str, names, *, out: str = "out", tx_suffix: str = "",
-               dead_letters: bool = False, late: bool = False) -> list[str]:
-    """The `--set` arguments that point a job at this test's broker, topics, group and
-    transactional id prefix (each named by the `names` fixture: in, out, group, tx, dlq, late)."""
-    sets = [f"kafka.bootstrap_servers={kafka}",
-            f"source.topics=[{names('in')}]",
-            f"source.group_id={names('group')}",
-            f"sink.topic={names(out)}",
-            f"sink.transactional_id_prefix={names('tx')}{tx_suffix}"]
-    if dead_letters:
-        sets.append(f"sink.dead_letter_topic={names('dlq')}")
-    if late:
-        sets.append(f"window.late_topic={names('late')}")
-    return [arg for item in sets for arg in ("--set", item)]
-
-
-def job_env(extra: dict | None = None) -> dict:
-    """The environment for job processes: this checkout's `pipelines` first on the path,
-    for the CLI and for the Python workers Flink starts from it."""
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{ROOT}:{path}" if path else str(ROOT), **(extra or {})}
-
-
-def run_cli(*args: str, timeout: float = 300, env: dict | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
-    """Run `pipelines ...` as a user would, in a subprocess of its own."""
-    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=job_env(env))
-    if check and proc.returncode != 0:
-        raise AssertionError(f"pipelines {' '.join(args)} exited {proc.returncode}\n"
-                             f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
-    return proc
+@pytest.fixture(autouse=True)
+def _end_what_the_test_started():
+    """Whatever a test started and left running (it failed, timed out, or forgot) is ended
+    with its whole process tree before the next test starts."""
+    yield
+    left = end_all_started()
+    if left:
+        print(f"\n[harness] ended processes a test left running: {', '.join(left)}")
 
 
 @pytest.fixture(scope="session")

@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
-import subprocess
-import threading
 import time
+import urllib.request
 
-from tests.conftest import CLI, ROOT, job_env
-
-PROGRESS = re.compile(r"checkpoints (\d+) completed, (\d+) failed")
+from tests.support import CLI, PROGRESS, Started
 
 
-class RunningJob:
-    """`pipelines run ...` in the background, as a user runs it in a terminal."""
+class RunningJob(Started):
+    """`pipelines run ...` in the background, as a user runs it in a terminal (or, with
+    `sigint_ignored`, as a script or CI runner starts it: SIGINT inherited as ignored)."""
 
-    def __init__(self, *args: str, env: dict | None = None):
-        self.proc = subprocess.Popen([*CLI, "run", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=job_env(env))
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
+    def __init__(self, *args: str, env: dict | None = None, sigint_ignored: bool = False):
+        super().__init__([*CLI, "run", *args], env=env, sigint_ignored=sigint_ignored)
 
     def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
         deadline = time.monotonic() + timeout
@@ -38,7 +25,7 @@ class RunningJob:
                 match = re.search(pattern, line)
                 if match:
                     return match
-            if self.proc.poll() is not None and not self._reader.is_alive():
+            if self.proc.poll() is not None and not any(r.is_alive() for r in self._readers):
                 break
             time.sleep(0.2)
         raise AssertionError(f"never saw /{pattern}/; output:\n{self.output[-4000:]}")
@@ -53,25 +40,19 @@ class RunningJob:
 
     def checkpoint_stats(self) -> dict:
         """The job's /checkpoints document from its REST API (the CLI prints the address)."""
-        import json
-        import urllib.request
-
         match = self.wait_for(r"as ([0-9a-f]{32}) \(REST/UI at (http://[0-9.:]+)\)", 60)
         job_id, url = match.group(1), match.group(2)
         with urllib.request.urlopen(f"{url}/jobs/{job_id}/checkpoints", timeout=5) as resp:
             return json.load(resp)
 
+    def signal(self, signum: int = signal.SIGINT) -> None:
+        self.proc.send_signal(signum)
+
     def interrupt(self, timeout: float = 120) -> int:
         """Ctrl-C, then wait for the CLI to stop the job and exit."""
-        self.proc.send_signal(signal.SIGINT)
+        self.signal(signal.SIGINT)
         return self.wait(timeout)
-
-    def wait(self, timeout: float = 300) -> int:
-        code = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        return code
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+            self.end()

@@ -23,6 +23,7 @@ from pipelines.devtools.kafka_broker import Broker
 from pipelines.devtools.topics import committed_offsets, create_topics, end_offsets, produce, read_all
 from tests.conftest import CLI, ROOT, run_cli, topic_args
 from tests.integration.helpers import RunningJob
+from tests.support import kill_tree
 
 pytestmark = pytest.mark.integration
 
@@ -100,13 +101,12 @@ def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names
 def test_killed_minicluster_process_resumes_from_latest_checkpoint(kafka, names, job,
                                                                   enrichment_service):
     enrichment_service.configure(latency_ms=100)
-    proc = subprocess.Popen([*CLI, "run", *job], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    crashed = RunningJob(*job)
     try:
         wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the CLI, its JVM and its Python workers
-        proc.wait(timeout=30)
+        # A machine-level crash: SIGKILL to the CLI, its JVM, its Python workers, its reaper.
+        kill_tree(crashed.proc.pid)
     killed_at = progress(kafka, names)
     assert killed_at < N
     # The killed job's open transaction holds the output's last stable offset back, and

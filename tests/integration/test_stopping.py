@@ -1,0 +1,173 @@
+"""Stopping is bounded and total: every signal, every phase, however the CLI was started.
+
+Each test lists the run's process tree (the CLI, the mini-cluster JVM, Flink's Python
+workers, the reaper) while it runs, stops it one way, and then demands that every one of
+those processes is gone. The CLI is started with SIGINT inherited as ignored where that
+is what a script or CI runner would do.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.topics import create_topics, produce
+from tests.conftest import topic_args
+from tests.integration.helpers import RunningJob
+from tests.support import kill_tree, wait_gone
+
+pytestmark = pytest.mark.integration
+
+STOP_LIMIT_S = 30
+
+
+@pytest.fixture
+def passthrough(kafka, names, tmp_path):
+    create_topics(kafka, {names("in"): 3, names("out"): 3})
+    produce(kafka, names("in"), demo_values(500))
+    return ["passthrough", *topic_args(kafka, names),
+            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
+            "--set", "checkpoint.interval=1s"]
+
+
+def _kinds(tree: dict) -> set[str]:
+    kinds = set()
+    for _, cmd in tree.values():
+        if cmd.startswith("java ") or "/java " in cmd:
+            kinds.add("jvm")
+        if "pyflink-udf-runner" in cmd or "beam_boot" in cmd:
+            kinds.add("python-worker")
+        if "pipelines.processes" in cmd:
+            kinds.add("reaper")
+    return kinds
+
+
+def _timed_stop(job: RunningJob, signum: int) -> tuple[int, float]:
+    started = time.monotonic()
+    job.signal(signum)
+    code = job.wait(timeout=STOP_LIMIT_S + 30)
+    return code, time.monotonic() - started
+
+
+def _assert_nothing_left(tree: dict, output: str) -> None:
+    left = wait_gone(tree, 15)
+    assert not left, f"still running after the CLI exited: {left}\n{output[-3000:]}"
+
+
+@pytest.mark.parametrize("signum, sigint_ignored", [
+    (signal.SIGINT, True),    # Ctrl-C reaching a CLI that a script started in the background
+    (signal.SIGTERM, False),  # Kubernetes, systemd, `timeout`, CI runners
+])
+def test_signal_cancels_the_running_job_names_its_checkpoint_and_leaves_nothing(
+        passthrough, signum, sigint_ignored):
+    job = RunningJob(*passthrough, sigint_ignored=sigint_ignored)
+    job.wait_for(r"checkpoints [1-9]\d* completed", 120)
+    tree = job.tree()
+    assert {"jvm", "python-worker", "reaper"} <= _kinds(tree), tree
+    code, took = _timed_stop(job, signum)
+    name = signal.Signals(signum).name
+    assert code == 0, job.output
+    assert took < STOP_LIMIT_S, f"{name} took {took:.1f} s\n{job.output}"
+    assert f"stopping ({name}): cancelling the job" in job.output
+    assert re.search(r"last retained checkpoint: file://\S+/chk-\d+ \(resume with "
+                     r"--from-checkpoint latest\)", job.output), job.output
+    assert "job passthrough canceled" in job.output
+    _assert_nothing_left(tree, job.output)
+
+
+@pytest.mark.parametrize("phase", ["building", "starting"])
+def test_sigterm_before_the_job_runs_ends_within_the_limit(passthrough, phase):
+    job = RunningJob(*passthrough)
+    if phase == "building":  # the gateway JVM is up, the job not yet submitted
+        deadline = time.monotonic() + 120
+        while "jvm" not in _kinds(job.tree()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "submitted" not in job.output, "too late to test the building phase"
+    else:  # submitted: tasks are being deployed and started
+        job.wait_for(r"submitted to the local mini-cluster", 120)
+    tree = job.tree()
+    assert "jvm" in _kinds(tree), tree
+    code, took = _timed_stop(job, signal.SIGTERM)
+    assert took < STOP_LIMIT_S, f"SIGTERM while {phase} took {took:.1f} s\n{job.output}"
+    assert "stopping (SIGTERM)" in job.output, job.output
+    assert code == 0, job.output
+    _assert_nothing_left(tree, job.output)
+
+
+def test_sigkill_of_the_cli_leaves_no_jvm_or_worker(passthrough):
+    job = RunningJob(*passthrough)
+    job.wait_for(r"records in [1-9]", 120)
+    tree = job.tree()
+    assert {"jvm", "python-worker"} <= _kinds(tree), tree
+    job.proc.kill()  # the CLI alone: no handler of ours runs
+    job.wait(timeout=10)
+    cli = {job.proc.pid}
+    rest = {pid: entry for pid, entry in tree.items() if pid not in cli}
+    _assert_nothing_left(rest, job.output)
+
+
+@pytest.fixture
+def stuck_enrichment(kafka, names, enrichment_service, tmp_path):
+    """The enrich job with lookups that hang for a minute: no barrier can pass the async
+    stage, so neither a checkpoint nor a savepoint can complete."""
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(20_000))
+    enrichment_service.configure(latency_ms=5)
+    args = ["enrich", *topic_args(kafka, names, dead_letters=True),
+            "--set", f"enrichment.url={enrichment_service.url}",
+            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
+            "--set", f"checkpoint.savepoints=file://{tmp_path}/savepoints",
+            "--set", "checkpoint.interval=1s", "--set", "enrichment.capacity=20",
+            "--set", "enrichment.timeout=2min", "--set", "enrichment.retries=0",
+            "--savepoint-on-stop"]
+
+    def start() -> RunningJob:
+        job = RunningJob(*args)
+        job.wait_for(r"checkpoints [1-9]\d* completed", 120)
+        enrichment_service.configure(latency_ms=60_000)
+        time.sleep(3)  # lookups now in flight against the hung service
+        return job
+
+    return start
+
+
+def test_savepoint_that_cannot_finish_is_reported_and_the_job_cancelled(stuck_enrichment):
+    job = stuck_enrichment()
+    tree = job.tree()
+    code, took = _timed_stop(job, signal.SIGTERM)
+    assert took < STOP_LIMIT_S, f"took {took:.1f} s\n{job.output}"
+    assert code == 0, job.output
+    assert ("savepoint failed: it did not complete in time; cancelling the job instead"
+            in job.output), job.output
+    assert re.search(r"last retained checkpoint: file://\S+/chk-\d+", job.output), job.output
+    assert "job enrich canceled" in job.output
+    _assert_nothing_left(tree, job.output)
+
+
+def test_second_ctrl_c_exits_at_once(stuck_enrichment):
+    job = stuck_enrichment()
+    tree = job.tree()
+    job.signal(signal.SIGINT)
+    job.wait_for(r"taking a savepoint", 30)
+    time.sleep(1)
+    second = time.monotonic()
+    job.signal(signal.SIGINT)
+    code = job.wait(timeout=30)
+    took = time.monotonic() - second
+    assert took < 5, f"the second Ctrl-C took {took:.1f} s\n{job.output}"
+    assert code == 130
+    assert "SIGINT again: exiting now" in job.output
+    _assert_nothing_left(tree, job.output)
+
+
+def test_harness_kill_tree_ends_a_run_whatever_it_is_doing(passthrough):
+    """The harness's own backstop (used when a test fails or times out) ends everything."""
+    job = RunningJob(*passthrough)
+    job.wait_for(r"records in [1-9]", 120)
+    tree = job.tree()
+    kill_tree(job.proc.pid)
+    _assert_nothing_left(tree, job.output)

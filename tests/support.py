@@ -1,0 +1,234 @@
+"""What tests (and the tests `pipelines new` generates) use to run the project as a user does.
+
+Every process a test starts gets a session of its own, so the harness can find and end
+everything it spawned (the CLI, its mini-cluster JVM, Flink's Python workers) without
+trusting the code under test to do it: one failing or hanging test never leaves work
+behind for the next. A wait that runs out prints the process's own output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "pipelines.cli"]
+PROGRESS = re.compile(r"checkpoints (\d+) completed, (\d+) failed")
+
+
+def job_env(extra: dict | None = None) -> dict:
+    """The environment for job processes: this checkout's `pipelines` first on the path,
+    for the CLI and for the Python workers Flink starts from it."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{ROOT}:{path}" if path else str(ROOT), **(extra or {})}
+
+
+def topic_args(kafka: str, names, *, out: str = "out", tx_suffix: str = "",
+               dead_letters: bool = False, late: bool = False) -> list[str]:
+    """The `--set` arguments that point a job at this test's broker, topics, group and
+    transactional id prefix (each named by the `names` fixture: in, out, group, tx, dlq, late)."""
+    sets = [f"kafka.bootstrap_servers={kafka}",
+            f"source.topics=[{names('in')}]",
+            f"source.group_id={names('group')}",
+            f"sink.topic={names(out)}",
+            f"sink.transactional_id_prefix={names('tx')}{tx_suffix}"]
+    if dead_letters:
+        sets.append(f"sink.dead_letter_topic={names('dlq')}")
+    if late:
+        sets.append(f"window.late_topic={names('late')}")
+    return [arg for item in sets for arg in ("--set", item)]
+
+
+# ------------------------------------------------------------------ process trees
+
+def _stats() -> dict[int, list[str]]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def process_tree(pid: int) -> dict[int, tuple[str, str]]:
+    """Everything a run started: `pid`'s descendants, the members of their process groups
+    and sessions (orphans keep those), as {pid: (start time, command line)}."""
+    stats = _stats()
+    children: dict[int, list[int]] = {}
+    for child, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(child)
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            todo.extend(children.get(current, ()))
+    groups = {int(stats[p][2]) for p in found if p in stats}
+    sessions = {int(stats[p][3]) for p in found if p in stats} - {os.getsid(0)}
+    found |= {p for p, f in stats.items() if int(f[2]) in groups or int(f[3]) in sessions}
+    return {p: (stats[p][19], _cmdline(p)) for p in found if p in stats}
+
+
+def still_alive(tree: dict[int, tuple[str, str]]) -> dict[int, str]:
+    """The processes of an earlier `process_tree` snapshot still running (same start time;
+    a zombie has ended and only waits for its parent to read its status)."""
+    stats = _stats()
+    return {p: cmd for p, (start, cmd) in tree.items()
+            if p in stats and stats[p][19] == start and stats[p][0] != "Z"}
+
+
+def wait_gone(tree: dict[int, tuple[str, str]], timeout: float) -> dict[int, str]:
+    deadline = time.monotonic() + timeout
+    left = still_alive(tree)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        reap_orphans(tree)
+        left = still_alive(tree)
+    reap_orphans(tree)
+    return left
+
+
+def become_subreaper() -> None:
+    """Orphans of what tests start are re-parented to this process, not to PID 1 (which in
+    a container may never reap them: killed JVMs would linger as <defunct>)."""
+    import ctypes
+
+    PR_SET_CHILD_SUBREAPER = 36
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def reap_orphans(pids) -> None:
+    """Collect the exit status of ended orphans re-parented to us (never our own Popens,
+    whose status subprocess must read)."""
+    own = {started.proc.pid for started in LIVE}
+    for pid in pids:
+        if pid not in own:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL every process of `pid`'s tree, groups and sessions (the harness's backstop)."""
+    for _ in range(3):  # a dying parent may still start a child: sweep again
+        tree = process_tree(pid)
+        for member in tree:
+            try:
+                os.kill(member, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        left = wait_gone(tree, 10)
+        reap_orphans(tree)
+        if not left:
+            return
+
+
+# ------------------------------------------------------------------ the CLI as a user runs it
+
+LIVE: list["Started"] = []
+
+
+class Started:
+    """A subprocess in a session of its own, its output collected, ended by the harness."""
+
+    def __init__(self, args: list[str], env: dict | None = None, sigint_ignored: bool = False,
+                 cwd: Path = ROOT, separate_stderr: bool = False):
+        def preexec():
+            # As a CI runner or `cmd &` in a script starts it: SIGINT ignored.
+            if sigint_ignored:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+        self.args = args
+        self.proc = subprocess.Popen(
+            args, cwd=cwd, stdout=subprocess.PIPE, text=True, env=job_env(env),
+            stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
+            start_new_session=True, preexec_fn=preexec)
+        self.lines: list[str] = []
+        self.error_lines: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines),
+                                          daemon=True)]
+        if separate_stderr:
+            self._readers.append(threading.Thread(
+                target=self._read, args=(self.proc.stderr, self.error_lines), daemon=True))
+        for reader in self._readers:
+            reader.start()
+        LIVE.append(self)
+
+    @staticmethod
+    def _read(stream, into: list[str]) -> None:
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines + self.error_lines)
+
+    def tree(self) -> dict[int, tuple[str, str]]:
+        return process_tree(self.proc.pid)
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.end()
+            raise AssertionError(f"{' '.join(self.args[2:])} still running after {timeout:.0f} s; "
+                                 f"its output:\n{self.output[-6000:]}") from None
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return code
+
+    def end(self) -> None:
+        """End it and everything it started, whatever state it is in."""
+        kill_tree(self.proc.pid)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for reader in self._readers:
+            reader.join(timeout=5)
+
+
+def end_all_started() -> list[str]:
+    """End what tests started and left running; return a line for each (for the report)."""
+    leftovers = []
+    while LIVE:
+        started = LIVE.pop()
+        if started.proc.poll() is None or still_alive(started.tree()):
+            leftovers.append(" ".join(started.args[2:4]))
+            started.end()
+    return leftovers
+
+
+def run_cli(*args: str, timeout: float = 300, env: dict | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """Run `pipelines ...` as a user would, in a session of its own; on timeout its whole
+    tree is ended and its output is part of the failure."""
+    started = Started([*CLI, *args], env=env, separate_stderr=True)
+    code = started.wait(timeout)
+    LIVE.remove(started)
+    out, err = ("".join(line + "\n" for line in lines)
+                for lines in (started.lines, started.error_lines))
+    if check and code != 0:
+        raise AssertionError(f"pipelines {' '.join(args)} exited {code}\n"
+                             f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}")
+    return subprocess.CompletedProcess(started.args, code, out, err)
