@@ -108,7 +108,7 @@ def _package_parent() -> str:
     return f"{here}:{existing}" if existing else here
 
 
-def _proc_stats() -> dict[int, list[str]]:
+def proc_stats() -> dict[int, list[str]]:
     """The fields after the command name of /proc/<pid>/stat, for every process."""
     out: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
@@ -121,13 +121,13 @@ def _proc_stats() -> dict[int, list[str]]:
 
 
 def _process_groups() -> dict[int, int]:
-    return {pid: int(fields[2]) for pid, fields in _proc_stats().items()}
+    return {pid: int(fields[2]) for pid, fields in proc_stats().items()}
 
 
 def descendants(pid: int) -> set[int]:
     """`pid` and every process below it in the parent tree, read from /proc."""
     children: dict[int, list[int]] = {}
-    for child, fields in _proc_stats().items():
+    for child, fields in proc_stats().items():
         children.setdefault(int(fields[1]), []).append(child)
     found, todo = set(), [pid]
     while todo:

@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from pipelines.processes import proc_stats
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "pipelines.cli"]
 PROGRESS = re.compile(r"checkpoints (\d+) completed, (\d+) failed")
@@ -47,17 +49,6 @@ def topic_args(kafka: str, names, *, out: str = "out", tx_suffix: str = "",
 
 # ------------------------------------------------------------------ process trees
 
-def _stats() -> dict[int, list[str]]:
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-    return out
-
-
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
@@ -69,7 +60,7 @@ def _cmdline(pid: int) -> str:
 def process_tree(pid: int) -> dict[int, tuple[str, str]]:
     """Everything a run started: `pid`'s descendants, the members of their process groups
     and sessions (orphans keep those), as {pid: (start time, command line)}."""
-    stats = _stats()
+    stats = proc_stats()
     children: dict[int, list[int]] = {}
     for child, fields in stats.items():
         children.setdefault(int(fields[1]), []).append(child)
@@ -88,7 +79,7 @@ def process_tree(pid: int) -> dict[int, tuple[str, str]]:
 def still_alive(tree: dict[int, tuple[str, str]]) -> dict[int, str]:
     """The processes of an earlier `process_tree` snapshot still running (same start time;
     a zombie has ended and only waits for its parent to read its status)."""
-    stats = _stats()
+    stats = proc_stats()
     return {p: cmd for p, (start, cmd) in tree.items()
             if p in stats and stats[p][19] == start and stats[p][0] != "Z"}
 
