@@ -162,6 +162,9 @@ def _new(args) -> int:
     from pipelines.templates import new_job
 
     root = Path(args.root).resolve() if args.root else PROJECT_ROOT
+    if not (root / "pipelines" / "jobs").is_dir() or not (root / "conf" / "base").is_dir():
+        raise Failure(f"--root {args.root}: not a copy of this project (no pipelines/jobs/ "
+                      f"and conf/base/ there)")
     created = new_job(args.name, args.template, root)
     for path in (created.module, created.config, created.test):
         print(f"created {path.relative_to(root)}")
@@ -236,8 +239,14 @@ def _enrichment(args) -> int:
 
     service = Service(port=args.port or DEFAULT_PORT)
     try:
+        latency_ms = parse_duration_ms(args.latency)
+    except ValueError as exc:
+        raise Failure(f"--latency: {exc}") from None
+    if not 0.0 <= args.failure_rate <= 1.0:
+        raise Failure(f"--failure-rate: {args.failure_rate} is not between 0 and 1")
+    try:
         if args.action == "up":
-            service.up(latency_ms=parse_duration_ms(args.latency), failure_rate=args.failure_rate)
+            service.up(latency_ms=latency_ms, failure_rate=args.failure_rate)
         elif args.action == "down":
             service.down()
         else:

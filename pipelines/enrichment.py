@@ -3,11 +3,22 @@
 A synchronous lookup of L seconds caps a slot at 1/L records/s and, because PyFlink
 flushes its bundle before every checkpoint barrier, holds every checkpoint (and so every
 offset commit) hostage. Async I/O keeps up to `capacity` lookups in flight; each record's
-fate on timeout or error is decided here, by `enrichment.on_failure`:
+fate on timeout or error is decided here:
 
-- retries with backoff first (`retries`, `backoff`), each attempt bounded by `timeout`;
-- then `mark-missing`: emit the record with `enrichment: null` and the reason, or
-- `fail`: raise, so the job fails and the restart strategy takes over.
+- a transient failure (timeout, connection refused, HTTP 5xx) is retried with backoff
+  (`retries`, `backoff`), each attempt bounded by `timeout`; then `enrichment.on_failure`:
+  `dead-letter` (the default: the record goes to dead letters with the reason, nothing is
+  emitted half-done and the job keeps running), `mark-missing` (emit it with
+  `enrichment: null` and the reason), or `fail` (the restart strategy takes over);
+- a permanent failure (the service says this record cannot be enriched, e.g. HTTP 4xx)
+  is not retried: the record goes to dead letters, whatever the policy;
+- an unexpected exception (a bug, or a record shaped in a way the code did not foresee)
+  dead-letters that record, and fails the job once `errors.max_unexpected_in_a_row`
+  records in a row have failed that way.
+
+Lookups, failed attempts, retries, records marked missing and dead letters are Flink
+metrics of the `enrich` operator (gauges: the async thread cannot update Beam counters),
+shown in the progress line and the Flink UI.
 """
 
 from __future__ import annotations
@@ -17,11 +28,30 @@ import json
 import time
 from typing import Protocol
 
-from pipelines.settings import EnrichmentOperator, EnrichmentSettings, OnFailure
+from pipelines.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, record_dead_letter
+from pipelines.settings import (
+    EnrichmentOperator,
+    EnrichmentSettings,
+    ErrorSettings,
+    OnFailure,
+    Settings,
+)
 
 
 class EnrichmentFailed(Exception):
-    """Raised under `on_failure: fail` once retries are exhausted."""
+    """A lookup failed: transient unless it is a PermanentLookupError. Raised out of the
+    stage under `on_failure: fail` once retries are exhausted."""
+
+
+class TransientLookupError(EnrichmentFailed):
+    """Worth retrying: the service is slow, down or overloaded."""
+
+
+class PermanentLookupError(EnrichmentFailed):
+    """Retrying cannot help: the service says this record cannot be enriched."""
+
+
+DEAD_MARK = "\x00"  # pipelines.flink.MarkedSplit routes elements starting with it
 
 
 class EnrichmentClient(Protocol):
@@ -50,16 +80,28 @@ class HttpEnrichmentClient:
         return self._session
 
     async def lookup(self, record: dict) -> dict:
+        import aiohttp
+
         session = await self._ensure()
-        async with session.get(self.url, params={"company": str(record.get("company", ""))}) as resp:
-            if resp.status != 200:
-                raise EnrichmentFailed(f"HTTP {resp.status} from {self.url}")
-            return await resp.json()
+        try:
+            async with session.get(self.url, params={"company": str(record["company"])}) as resp:
+                if resp.status != 200:
+                    raise http_error(resp.status, self.url)
+                return await resp.json()
+        except aiohttp.ClientError as exc:
+            raise TransientLookupError(f"{type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def http_error(status: int, url: str) -> EnrichmentFailed:
+    """4xx (but 408 and 429) means this request will never succeed; anything else may."""
+    cls = (PermanentLookupError if 400 <= status < 500 and status not in (408, 429)
+           else TransientLookupError)
+    return cls(f"HTTP {status} from {url}")
 
 
 class CoalescingHttpEnrichmentClient(HttpEnrichmentClient):
@@ -79,7 +121,7 @@ class CoalescingHttpEnrichmentClient(HttpEnrichmentClient):
         future = asyncio.get_running_loop().create_future()
         if not self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append((str(record.get("company", "")), future))
+        self._pending.append((str(record["company"]), future))
         return await future
 
     def _flush(self) -> None:
@@ -87,25 +129,28 @@ class CoalescingHttpEnrichmentClient(HttpEnrichmentClient):
         asyncio.ensure_future(self._send(pending))
 
     async def _send(self, pending: list[tuple[str, asyncio.Future]]) -> None:
+        import aiohttp
+
         try:
             session = await self._ensure()
             async with session.post(self.batch_url,
                                     json={"companies": [c for c, _ in pending]}) as resp:
                 if resp.status != 200:
-                    raise EnrichmentFailed(f"HTTP {resp.status} from {self.batch_url}")
+                    raise http_error(resp.status, self.batch_url)
                 results = (await resp.json())["results"]
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
+            if isinstance(exc, aiohttp.ClientError):
+                exc = TransientLookupError(f"{type(exc).__name__}: {exc}")
             for _, future in pending:
                 if not future.done():
                     future.set_exception(exc if isinstance(exc, Exception) else
-                                         EnrichmentFailed(repr(exc)))
+                                         TransientLookupError(repr(exc)))
             return
         for (_, future), result in zip(pending, results):
             if future.done():  # timed out already
                 continue
             if "error" in result:
-                future.set_exception(EnrichmentFailed(
-                    f"HTTP {result.get('status', 500)} from {self.batch_url}"))
+                future.set_exception(http_error(int(result.get("status", 500)), self.batch_url))
             else:
                 future.set_result(result)
 
@@ -115,34 +160,94 @@ def make_client(cfg: EnrichmentSettings) -> HttpEnrichmentClient:
     return cls(cfg.url, cfg.timeout, cfg.capacity)
 
 
-async def enrich_record(client: EnrichmentClient, record: dict, cfg: EnrichmentSettings) -> dict:
-    """One record through lookup, retries and the failure policy; returns the output record."""
-    out = await _enrich(client, record, cfg)
-    if cfg.trace_timing and "_timing" in out:
-        out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
-    return out
+class EnrichStats:
+    """Per-subtask counts, exposed as gauges of the enrich operator."""
+
+    NAMES = ("lookups", "lookupFailures", "retries", "markedMissing", "deadLetters",
+             "unexpectedErrors")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.NAMES, 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def register(self, runtime_context) -> None:
+        group = runtime_context.get_metrics_group()
+        for name in self.NAMES:
+            group.gauge(name, lambda name=name: self.counts[name])
 
 
-async def _enrich(client: EnrichmentClient, record: dict, cfg: EnrichmentSettings) -> dict:
-    reason = "not attempted"
-    attempts = cfg.retries + 1
-    for attempt in range(1, attempts + 1):
+class RecordEnricher:
+    """One record through lookup, retries and the failure policy, to the text that goes
+    out: the enriched record, or a dead letter marked for MarkedSplit."""
+
+    def __init__(self, client: EnrichmentClient, cfg: EnrichmentSettings, job: str,
+                 origin_field: str | None, errors: ErrorSettings, max_record_bytes: int):
+        self.client = client
+        self.cfg = cfg
+        self.job = job
+        self.origin_field = origin_field
+        self.budget = ErrorBudget(errors, "enrich")
+        self.max_record_bytes = max_record_bytes
+        self.stats = EnrichStats()
+
+    def _dead(self, record: dict, reason: str) -> str:
+        self.stats.add("deadLetters")
+        return DEAD_MARK + record_dead_letter(record, reason, self.job, "enrich",
+                                              self.origin_field, self.max_record_bytes)
+
+    async def one(self, record: dict) -> str:
         try:
-            async with asyncio.timeout(cfg.timeout / 1000):
-                profile = await client.lookup(record)
-            return {**record, "enrichment": profile}
-        except asyncio.TimeoutError:
-            reason = f"timeout after {cfg.timeout} ms"
-        except EnrichmentFailed as exc:
-            reason = str(exc)
-        except Exception as exc:  # noqa: BLE001 - connection refused, DNS, bad JSON...
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if attempt < attempts:
-            await asyncio.sleep(cfg.backoff * (2 ** (attempt - 1)) / 1000)
-    message = f"{reason} ({attempts} attempt{'s' if attempts > 1 else ''})"
-    if cfg.on_failure is OnFailure.FAIL:
-        raise EnrichmentFailed(f"enrichment of record {record.get('id')!r} failed: {message}")
-    return {**record, "enrichment": None, "enrichment_error": message}
+            out = await self._enrich(record)
+        except _Unexpected as wrapped:
+            self.stats.add("unexpectedErrors")
+            return self._dead(record, self.budget.failed(wrapped.__cause__))
+        if isinstance(out, str):  # a dead-letter reason
+            return self._dead(record, out)
+        self.budget.ok()
+        if self.cfg.trace_timing and "_timing" in out:
+            out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
+        text = json.dumps(out, sort_keys=True)
+        if len(text) > self.max_record_bytes - DEAD_LETTER_OVERHEAD:
+            return self._dead(record, f"the enriched record ({len(text)} bytes) is over what "
+                                      f"the sink may write ({self.max_record_bytes} bytes)")
+        return text
+
+    async def _enrich(self, record: dict) -> dict | str:
+        cfg = self.cfg
+        reason = "not attempted"
+        attempts = cfg.retries + 1
+        for attempt in range(1, attempts + 1):
+            self.stats.add("lookups")
+            try:
+                async with asyncio.timeout(cfg.timeout / 1000):
+                    profile = await self.client.lookup(record)
+                return {**record, "enrichment": profile}
+            except asyncio.TimeoutError:
+                reason = f"timeout after {cfg.timeout} ms"
+            except PermanentLookupError as exc:
+                self.stats.add("lookupFailures")
+                return f"enrichment refused the record: {exc}"
+            except (EnrichmentFailed, OSError) as exc:
+                reason = str(exc) or type(exc).__name__
+            except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen record shape
+                raise _Unexpected() from exc
+            self.stats.add("lookupFailures")
+            if attempt < attempts:
+                self.stats.add("retries")
+                await asyncio.sleep(cfg.backoff * (2 ** (attempt - 1)) / 1000)
+        message = f"{reason} ({attempts} attempt{'s' if attempts > 1 else ''})"
+        if cfg.on_failure is OnFailure.FAIL:
+            raise EnrichmentFailed(f"enrichment of record {record.get('id')!r} failed: {message}")
+        if cfg.on_failure is OnFailure.DEAD_LETTER:
+            return f"enrichment unavailable: {message}"
+        self.stats.add("markedMissing")
+        return {**record, "enrichment": None, "enrichment_error": message}
+
+
+class _Unexpected(Exception):
+    """Carries an unexpected exception (as __cause__) out of the retry loop."""
 
 
 def worst_case_ms(cfg: EnrichmentSettings) -> int:
@@ -151,75 +256,74 @@ def worst_case_ms(cfg: EnrichmentSettings) -> int:
     return (cfg.retries + 1) * cfg.timeout + backoffs
 
 
-def make_async_function(cfg: EnrichmentSettings):
-    """PyFlink AsyncFunction applying `enrich_record` to JSON strings."""
+def _enricher(settings: Settings) -> RecordEnricher:
+    return RecordEnricher(make_client(settings.enrichment), settings.enrichment,
+                          settings.job.name, settings.parse.origin_field, settings.errors,
+                          settings.sink.max_record_bytes(settings.kafka))
+
+
+def make_async_function(settings: Settings):
+    """PyFlink AsyncFunction over one JSON record per element, as PyFlink documents it."""
     from pyflink.datastream.functions import AsyncFunction
 
-    class Enrich(AsyncFunction):
-        def __init__(self):
-            self.client: HttpEnrichmentClient | None = None
+    cfg = settings.enrichment
 
+    class Enrich(AsyncFunction):
         def open(self, runtime_context):
-            # The session is created lazily on the operator's event-loop thread.
-            self.client = HttpEnrichmentClient(cfg.url, cfg.timeout, cfg.capacity)
+            # The client's session is created lazily on the operator's event-loop thread.
+            self.enricher = _enricher(settings)
+            self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
-            record = json.loads(value)
-            return [json.dumps(await enrich_record(self.client, record, cfg), sort_keys=True)]
+            return [await self.enricher.one(json.loads(value))]
 
         def timeout(self, value: str):
-            # Only reached if enrich_record overruns its own bound: treat like any failure.
+            # Only reached if the record overruns its own bound: treat like any failure.
             if cfg.on_failure is OnFailure.FAIL:
                 raise EnrichmentFailed(f"enrichment overran {worst_case_ms(cfg)} ms")
             record = json.loads(value)
+            if cfg.on_failure is OnFailure.DEAD_LETTER:
+                return [self.enricher._dead(record, "enrichment overran its overall timeout")]
             return [json.dumps({**record, "enrichment": None,
                                 "enrichment_error": "overall timeout"}, sort_keys=True)]
-
-        def close(self):
-            self.client = None
 
     return Enrich()
 
 
-def make_batch_async_function(cfg: EnrichmentSettings):
+def make_batch_async_function(settings: Settings):
     """An AsyncFunction over JSON lists of records: one Python element per batch, every
     record of the batch looked up concurrently, each with its own timeout and retries."""
     from pyflink.datastream.functions import AsyncFunction
 
     class EnrichBatch(AsyncFunction):
-        def __init__(self):
-            self.client: HttpEnrichmentClient | None = None
-
         def open(self, runtime_context):
-            self.client = make_client(cfg)
+            self.enricher = _enricher(settings)
+            self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
-            records = json.loads(value)
-            results = await asyncio.gather(*(enrich_record(self.client, r, cfg) for r in records))
-            return [json.dumps(r, sort_keys=True) for r in results]
-
-        def close(self):
-            self.client = None
+            return list(await asyncio.gather(*(self.enricher.one(r) for r in json.loads(value))))
 
     return EnrichBatch()
 
 
-def make_sync_function(cfg: EnrichmentSettings):
+def make_sync_function(settings: Settings):
     """A blocking lookup per record: the reports' way. For comparison only."""
     from pyflink.datastream.functions import MapFunction
 
     class EnrichSync(MapFunction):
         def open(self, runtime_context):
             self.loop = asyncio.new_event_loop()
-            self.client = HttpEnrichmentClient(cfg.url, cfg.timeout, 1)
+            self.enricher = RecordEnricher(
+                HttpEnrichmentClient(settings.enrichment.url, settings.enrichment.timeout, 1),
+                settings.enrichment, settings.job.name, settings.parse.origin_field,
+                settings.errors, settings.sink.max_record_bytes(settings.kafka))
+            self.enricher.stats.register(runtime_context)
 
         def map(self, value: str) -> str:
-            record = json.loads(value)
-            return json.dumps(self.loop.run_until_complete(enrich_record(self.client, record, cfg)),
-                              sort_keys=True)
+            return self.loop.run_until_complete(self.enricher.one(json.loads(value)))
 
         def close(self):
-            self.loop.run_until_complete(self.client.close())
+            self.loop.run_until_complete(self.enricher.client.close())
             self.loop.close()
 
     return EnrichSync()
@@ -228,29 +332,39 @@ def make_sync_function(cfg: EnrichmentSettings):
 def batch_records(stream, cfg: EnrichmentSettings):
     """Insert the Java RecordBatcher (jars/src): rows -> lists of up to batch_size rows,
     flushed after batch_delay and before every checkpoint barrier."""
-    from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
 
+    from pipelines.flink_compat import java_stream, python_stream
+
     batcher = get_gateway().jvm.pipelines.flink.RecordBatcher
-    j_stream = stream._j_data_stream
+    j_stream = java_stream(stream)
     j_batched = j_stream.transform("batch", batcher.outputType(j_stream.getType()),
                                    batcher(cfg.effective_batch_size(), cfg.batch_delay))
-    return DataStream(j_batched)
+    return python_stream(j_batched)
 
 
-def apply_enrichment(stream, cfg: EnrichmentSettings):
-    """Wire the enrichment stage into the stream the parse step produced."""
+def apply_enrichment(stream, settings: Settings):
+    """Wire the enrichment stage into the stream the parse step produced.
+    Returns (enriched records, dead letters), both streams of JSON text."""
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
 
+    from pipelines.flink_compat import split_marked
+
+    cfg = settings.enrichment
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
     if cfg.operator is EnrichmentOperator.SYNC:
-        return stream.map(make_sync_function(cfg), output_type=Types.STRING())
-    if cfg.operator is EnrichmentOperator.ASYNC:
+        out = stream.map(make_sync_function(settings), output_type=Types.STRING())
+    elif cfg.operator is EnrichmentOperator.ASYNC:
         # As PyFlink documents it: one element per record, Flink's own timeout per record
         # (each starts a threading.Timer), `timeout()` applying the failure policy.
         overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
-        return wait(stream, make_async_function(cfg), overall, cfg.capacity, Types.STRING())
-    # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.
-    return wait(stream, make_batch_async_function(cfg), Time.milliseconds(0),
-                cfg.elements_in_flight(), Types.STRING())
+        out = wait(stream, make_async_function(settings), overall, cfg.capacity, Types.STRING())
+    else:
+        # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.
+        out = wait(stream, make_batch_async_function(settings), Time.milliseconds(0),
+                   cfg.elements_in_flight(), Types.STRING())
+    out = out.name("enrich").uid("enrich")
+    records = split_marked(out, keep_marked=False).name("enriched").uid("enriched")
+    dead = split_marked(out, keep_marked=True).name("enrich-dead-letters").uid("enrich-dead-letters")
+    return records, dead

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from pipelines import jars
-from pipelines.settings import Retention, RestartStrategy, Settings
+from pipelines.settings import RestartStrategy, Retention, Settings
 
 
 def _ms(value: int) -> str:

@@ -118,3 +118,56 @@ def stop_with_savepoint(client, target: str, timeout_s: float) -> str:
 
 def is_java_timeout(exc: BaseException) -> bool:
     return "java.util.concurrent.TimeoutException" in str(exc)
+
+
+def java_stream(stream):
+    """The Java DataStream behind a PyFlink one (PyFlink 2.2: `_j_data_stream`), to insert
+    the project's Java operators (jars/src) where PyFlink has no API for them."""
+    return stream._j_data_stream
+
+
+def python_stream(j_stream):
+    from pyflink.datastream import DataStream
+
+    return DataStream(j_stream)
+
+
+def split_marked(stream, keep_marked: bool):
+    """Elements that start (keep_marked) or do not start with U+0000, the mark stripped:
+    pipelines.flink.MarkedSplit, run in the JVM."""
+    from pyflink.common import Types
+    from pyflink.java_gateway import get_gateway
+
+    split = get_gateway().jvm.pipelines.flink.MarkedSplit(keep_marked)
+    return python_stream(java_stream(stream).flatMap(split, Types.STRING().get_java_type_info()))
+
+
+# Metric names: Flink 2.2 names a source's operator metrics `Source__<name>.<metric>` and a
+# sink writer's `<name>__Writer.<metric>`; the project's own gauges (parse, enrich) are
+# `<operator name>.<gauge>`.
+SOURCE_RECORDS_OUT = ("Source__", ".numRecordsOut")
+SINK_RECORDS_SENT = ("__Writer.numRecordsSend",)
+DEAD_LETTER_SINKS = ("dead-letter-sink__", "late-sink__")
+PROJECT_GAUGES = ("lookups", "lookupFailures", "retries", "markedMissing", "deadLetters",
+                  "unexpectedErrors")
+
+
+def metric_totals(get, base: str) -> dict[str, int]:
+    """Totals over a vertex's subtasks, from its REST metrics `base` URL: `in` (records the
+    sources emitted), `out` (records the main sinks sent; dead-letter and late sinks are
+    counted by the gauges instead), and each project gauge by name."""
+    names = [m["id"] for m in get(base)]
+    wanted: dict[str, str] = {}
+    for name in names:
+        if name.startswith(SOURCE_RECORDS_OUT[0]) and name.endswith(SOURCE_RECORDS_OUT[1]):
+            wanted[name] = "in"
+        elif name.endswith(SINK_RECORDS_SENT[0]) and not name.startswith(DEAD_LETTER_SINKS):
+            wanted[name] = "out"
+        elif name.rpartition(".")[2] in PROJECT_GAUGES and "__" not in name:
+            wanted[name] = name.rpartition(".")[2]
+    totals: dict[str, int] = {}
+    if wanted:
+        for item in get(f"{base}?get={','.join(wanted)}&agg=sum"):
+            key = wanted[item["id"]]
+            totals[key] = totals.get(key, 0) + int(float(item.get("sum", 0)))
+    return totals

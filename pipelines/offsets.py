@@ -10,7 +10,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
+
+from pipelines.kafka_clients import admin_client
 
 NO_OFFSET = -1001
 
@@ -33,7 +34,7 @@ class OffsetWatcher:
         self.bootstrap = bootstrap
         self.group = group
         self.topics = list(topics or [])
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.admin = admin_client(bootstrap)
         self._seen: dict[tuple[str, int], tuple[int | None, float | None]] = {}
 
     def _committed(self) -> dict[tuple[str, int], int]:

@@ -2,25 +2,67 @@
 
 A malformed record must neither crash the job (a poison pill restarts it forever) nor
 vanish: it goes to the dead-letter topic with its original bytes, the error, and its
-topic, partition and offset, so it can be found, fixed and replayed.
+topic, partition and offset, so it can be found, fixed and replayed. Nothing a record
+carries can raise out of here: invalid UTF-8, a null value, JSON nested deeper than the
+parser's recursion limit, numbers too long to convert, NaN, non-objects, null or
+mistyped required fields. A dead letter never outweighs what the sink can write: an
+original too large for it is cut, with its full size and SHA-256 kept.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import math
 import os
 import time
 from pathlib import Path
 
-from pipelines.settings import FaultSettings, ParseSettings
+from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
 
 DEAD_LETTER_TAG = "dead-letters"
+# Room in a dead-letter message for everything but the original bytes (reason, origin,
+# preview, JSON and Kafka record overhead): measured well under 10 KiB.
+DEAD_LETTER_OVERHEAD = 16_384
+PREVIEW_CHARS = 200
+REASON_CHARS = 1_000
+
+_TYPES: dict[FieldType, tuple[type, ...]] = {
+    FieldType.STRING: (str,), FieldType.INTEGER: (int,), FieldType.NUMBER: (int, float),
+    FieldType.BOOLEAN: (bool,), FieldType.OBJECT: (dict,), FieldType.ARRAY: (list,),
+}
 
 
-def parse_value(value: bytes | None, required: list[str],
-                event_time_field: str | None = None) -> tuple[dict | None, str | None]:
-    """(record, None) when valid; (None, reason) otherwise."""
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_strict(text: str):
+    """json.loads that refuses NaN/Infinity (other consumers cannot read them back)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def field_problem(record: dict, name: str, wanted: FieldType) -> str | None:
+    if name not in record:
+        return "missing"
+    value = record[name]
+    if value is None:
+        return "null"
+    if wanted is FieldType.ANY:
+        return None
+    ok = isinstance(value, _TYPES[wanted])
+    if wanted in (FieldType.INTEGER, FieldType.NUMBER) and isinstance(value, bool):
+        ok = False
+    if wanted is FieldType.NUMBER and isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    return None if ok else f"{type(value).__name__}, not {wanted.value}"
+
+
+def parse_value(value: bytes | None, required: dict[str, FieldType] | list[str],
+                event_time_field: str | None = None,
+                origin_field: str | None = None) -> tuple[dict | None, str | None]:
+    """(record, None) when valid; (None, reason) otherwise. Never raises for any bytes."""
     if value is None:
         return None, "empty record (null value)"
     try:
@@ -28,35 +70,114 @@ def parse_value(value: bytes | None, required: list[str],
     except UnicodeDecodeError as exc:
         return None, f"not UTF-8: {exc.reason} at byte {exc.start}"
     try:
-        record = json.loads(text)
+        record = loads_strict(text)
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    except RecursionError:
+        return None, "not parseable: JSON nested deeper than the parser's recursion limit"
+    except ValueError as exc:  # NaN/Infinity, integers longer than Python converts
+        return None, f"not parseable: {str(exc)[:REASON_CHARS]}"
     if not isinstance(record, dict):
         return None, f"not a JSON object: {type(record).__name__}"
-    missing = [f for f in required if f not in record]
+    if isinstance(required, list):
+        required = {name: FieldType.ANY for name in required}
+    problems = {name: field_problem(record, name, wanted) for name, wanted in required.items()}
+    missing = [name for name, why in problems.items() if why == "missing"]
     if missing:
         return None, f"missing required field(s): {', '.join(missing)}"
+    wrong = [f"{name} is {why}" for name, why in problems.items() if why]
+    if wrong:
+        return None, f"required field(s) not usable: {'; '.join(wrong)}"
     if event_time_field is not None:
         ts = record.get(event_time_field)
         if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-            return None, f"{event_time_field} is not epoch milliseconds: {ts!r}"
+            return None, f"{event_time_field} is not epoch milliseconds: {ts!r}"[:REASON_CHARS]
+    if origin_field is not None and origin_field in record:
+        return None, (f"field {origin_field!r} is reserved for the record's origin "
+                      f"(parse.origin_field); rename it in the data or set parse.origin_field")
     return record, None
 
 
-def dead_letter(row, reason: str, job: str) -> str:
-    """The dead-letter message: original bytes (base64) plus reason and origin."""
+def _kept(data: bytes | None, budget: int, prefix: str) -> tuple[dict, int]:
+    """The dead-letter fields for one original: all of it when it fits `budget` bytes,
+    else its first `budget` bytes; size and digest always. Returns (fields, bytes used)."""
+    if data is None:
+        return {f"{prefix}_b64": None}, 0
+    kept = data[:max(budget, 0)]
+    fields = {f"{prefix}_b64": base64.b64encode(kept).decode(), f"{prefix}_size": len(data),
+              f"{prefix}_sha256": hashlib.sha256(data).hexdigest()}
+    if len(kept) < len(data):
+        fields[f"{prefix}_truncated"] = True
+    return fields, len(kept)
+
+
+def dead_letter(row, reason: str, job: str, max_bytes: int = 1_048_576,
+                stage: str = "parse") -> str:
+    """The dead-letter message for an original Kafka record: its bytes (base64, cut to fit
+    `max_bytes` with size and SHA-256 kept), a preview, the reason and the origin."""
     value = bytes(row.value) if row.value is not None else None
     key = bytes(row.key) if row.key is not None else None
-    preview = value.decode("utf-8", errors="replace")[:200] if value is not None else None
+    room = max((max_bytes - DEAD_LETTER_OVERHEAD) * 3 // 4, 0)  # base64: 4 chars per 3 bytes
+    key_fields, used = _kept(key, min(room, 65_536), "key")
+    value_fields, _ = _kept(value, room - used, "value")
+    preview = (value[:PREVIEW_CHARS * 4].decode("utf-8", errors="replace")[:PREVIEW_CHARS]
+               if value is not None else None)
     return json.dumps({
-        "error": reason,
+        "error": reason[:REASON_CHARS],
         "job": job,
+        "stage": stage,
         "origin": {"topic": row.topic, "partition": row.partition, "offset": row.offset,
                    "timestamp": row.timestamp},
-        "key_b64": base64.b64encode(key).decode() if key is not None else None,
-        "value_b64": base64.b64encode(value).decode() if value is not None else None,
+        **key_fields, **value_fields,
         "value_preview": preview,
     }, sort_keys=True)
+
+
+def record_dead_letter(record: dict, reason: str, job: str, stage: str,
+                       origin_field: str | None, max_bytes: int) -> str:
+    """The dead-letter message for a parsed record that a later stage could not handle:
+    the record as it came in (its origin block moved out), cut to fit `max_bytes`."""
+    record = dict(record)
+    origin = record.pop(origin_field, None) if origin_field else None
+    original = json.dumps(record, sort_keys=True).encode()
+    room = max((max_bytes - DEAD_LETTER_OVERHEAD) * 3 // 4, 0)
+    fields, _ = _kept(original, room, "value")
+    return json.dumps({"error": reason[:REASON_CHARS], "job": job, "stage": stage,
+                       "origin": origin, "key_b64": None, **fields,
+                       "value_preview": original[:PREVIEW_CHARS].decode("utf-8", "replace")},
+                      sort_keys=True)
+
+
+class UnexpectedErrors(RuntimeError):
+    """Too many records in a row failed with unexpected exceptions: a bug, not bad data."""
+
+
+class ErrorBudget:
+    """Tells one bad record from a bug. A record that raises something unexpected goes to
+    dead letters; `limit` such records in a row, none getting through in between, means
+    the code (or its configuration) is wrong for every record, and the job must fail
+    rather than dead-letter the whole stream."""
+
+    def __init__(self, settings: ErrorSettings, stage: str):
+        self.limit = settings.max_unexpected_in_a_row
+        self.stage = stage
+        self.in_a_row = 0
+        self.total = 0
+
+    def ok(self) -> None:
+        self.in_a_row = 0
+
+    def failed(self, exc: BaseException) -> str:
+        """Count one unexpected failure; its dead-letter reason, or raise when it is a bug."""
+        self.in_a_row += 1
+        self.total += 1
+        reason = f"unexpected error in {self.stage}: {type(exc).__name__}: {exc}"[:REASON_CHARS]
+        if self.in_a_row >= self.limit:
+            raise UnexpectedErrors(
+                f"{self.in_a_row} records in a row failed in {self.stage} with unexpected "
+                f"errors (errors.max_unexpected_in_a_row={self.limit}); the last: {reason}"
+            ) from exc
+        return reason
 
 
 class InjectedFault(RuntimeError):
@@ -65,7 +186,9 @@ class InjectedFault(RuntimeError):
 
 def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
                         event_time_field: str | None = None, batched: bool = False,
-                        trace_timing: bool = False):
+                        trace_timing: bool = False, errors: ErrorSettings | None = None,
+                        dead_letter_max_bytes: int = 1_048_576,
+                        extra_required: dict[str, FieldType] | None = None):
     """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
 
     With `batched`, each input element is a list of rows and each output element is a JSON
@@ -76,36 +199,54 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
     from pyflink.datastream.functions import ProcessFunction
 
     tag = OutputTag(DEAD_LETTER_TAG, Types.STRING())
+    required = {**parse.required_fields, **(extra_required or {})}
+    origin_field = parse.origin_field
+    error_settings = errors or ErrorSettings()
 
     class Parse(ProcessFunction):
         def open(self, runtime_context):
             self.seen = 0
             self.subtask = runtime_context.get_index_of_this_subtask()
+            self.budget = ErrorBudget(error_settings, "parse")
+            self.dead = 0
+            runtime_context.get_metrics_group().gauge("deadLetters", lambda: self.dead)
 
         def _one(self, row, good: list):
             self.seen += 1
             if faults.fail_after_records and self.seen >= faults.fail_after_records:
                 _maybe_fail(faults, self.subtask)
-            record, reason = parse_value(row.value, parse.required_fields, event_time_field)
+            try:
+                record, reason = parse_value(row.value, required, event_time_field,
+                                             origin_field)
+                if record is not None:
+                    if origin_field:
+                        record[origin_field] = {"topic": row.topic, "partition": row.partition,
+                                                "offset": row.offset, "timestamp": row.timestamp}
+                    if trace_timing:
+                        record["_timing"] = {"in": time.time() * 1000}
+                    text = json.dumps(record, sort_keys=True)
+            except InjectedFault:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one record's surprise is not the job's
+                reason = self.budget.failed(exc)
+                record = None
             if record is None:
-                return dead_letter(row, reason, job)
-            record["source"] = {"topic": row.topic, "partition": row.partition,
-                                "offset": row.offset}
-            if trace_timing:
-                record["_timing"] = {"in": time.time() * 1000}
-            good.append(record)
+                self.dead += 1
+                return dead_letter(row, reason, job, dead_letter_max_bytes)
+            self.budget.ok()
+            good.append(text)
             return None
 
         def process_element(self, value, ctx):
-            good: list[dict] = []
+            good: list[str] = []
             for row in (value if batched else (value,)):
                 bad = self._one(row, good)
                 if bad is not None:
                     yield tag, bad
             if batched and good:
-                yield json.dumps(good, sort_keys=True)
+                yield "[" + ",".join(good) + "]"
             elif good:
-                yield json.dumps(good[0], sort_keys=True)
+                yield good[0]
 
     return Parse(), tag
 

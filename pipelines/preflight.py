@@ -63,22 +63,15 @@ def static_problems(s: Settings) -> list[Problem]:
 
 def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     """Rules that ask the broker: reachability, topics, partitions, transaction limits."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import ConfigResource
 
-    from pipelines.devtools.kafka_broker import _quiet_logger
+    from pipelines.kafka_clients import BrokerUnreachable, admin_client
 
-    conf = {**s.kafka.admin_config(), "socket.timeout.ms": int(timeout_s * 1000),
-            "socket.connection.setup.timeout.ms": int(timeout_s * 1000), "logger": _quiet_logger()}
-    admin = AdminClient(conf)
     try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException:
-        metadata = None
-    if metadata is None or not metadata.brokers:
-        return [Problem("error", "kafka.bootstrap_servers",
-                        f"no Kafka broker answered at {s.kafka.bootstrap_servers} within "
-                        f"{timeout_s:.0f}s (start one with `make kafka-up`)")]
+        admin = admin_client(s.kafka.bootstrap_servers, s.kafka.admin_config(), timeout_s)
+    except BrokerUnreachable as exc:
+        return [Problem("error", "kafka.bootstrap_servers", str(exc))]
+    metadata = admin.list_topics(timeout=timeout_s)
     out: list[Problem] = []
     partitions = {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
 
@@ -137,10 +130,38 @@ def _broker_config(admin, metadata, key: str, timeout_s: float, resource_cls) ->
     return None
 
 
-def run_preflight(settings: Settings, broker: bool = True) -> list[Problem]:
+def service_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
+    """The enrichment service must answer (any HTTP status will do: it is listening).
+    Otherwise every lookup fails and, under any policy, the job's output is not what the
+    user expects; better to say so before starting."""
+    import urllib.error
+    import urllib.request
+
+    cfg = s.enrichment
+    url = cfg.health_url or cfg.url
+    key = "enrichment.health_url" if cfg.health_url else "enrichment.url"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return []
+    except urllib.error.HTTPError:
+        return []  # it answered
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, OSError) and reason.strerror:
+            reason = reason.strerror
+        return [Problem("error", key, f"no enrichment service answered at {url} within "
+                                      f"{timeout_s:.0f}s ({reason}); start it (the demo: "
+                                      f"`make enrichment-up`) or pass --skip-preflight")]
+
+
+def run_preflight(settings: Settings, broker: bool = True,
+                  uses: tuple[str, ...] | set[str] = ()) -> list[Problem]:
+    """All rules; `uses` names the external services the job calls ("enrichment")."""
     problems = static_problems(settings)
     if broker:
         problems += broker_problems(settings)
+    if "enrichment" in uses:
+        problems += service_problems(settings)
     return problems
 
 

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -56,7 +57,8 @@ def prepare(job: str, args: argparse.Namespace, log=print) -> Loaded:
                                overrides=overrides + [f"job.from_checkpoint={path}"])
         log(f"resuming from {path}")
     if not args.skip_preflight:
-        problems = run_preflight(loaded.settings)
+        uses = getattr(load_job(job), "USES", ())
+        problems = run_preflight(loaded.settings, uses=uses)
         for problem in problems:
             log(str(problem))
         if has_errors(problems):
@@ -66,12 +68,23 @@ def prepare(job: str, args: argparse.Namespace, log=print) -> Loaded:
 
 
 def load_job(job: str):
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", job):
+        raise Failure(f"no job named {job!r}: a job is a module pipelines/jobs/<name>.py, its "
+                      f"name lowercase letters, digits and _ (jobs here: {', '.join(job_names())})")
     try:
         return importlib.import_module(f"pipelines.jobs.{job}")
     except ModuleNotFoundError as exc:
-        if exc.name == f"pipelines.jobs.{job}":
-            raise Failure(f"no job named {job!r} (no module pipelines/jobs/{job}.py)") from None
+        if exc.name in (f"pipelines.jobs.{job}", "pipelines.jobs"):
+            raise Failure(f"no job named {job!r} (no module pipelines/jobs/{job}.py; jobs "
+                          f"here: {', '.join(job_names())})") from None
         raise
+
+
+def job_names() -> list[str]:
+    import pipelines.jobs
+
+    return sorted(p.stem for p in Path(pipelines.jobs.__file__).parent.glob("*.py")
+                  if not p.stem.startswith("_"))
 
 
 def explain_java_error(exc: BaseException) -> str | None:
@@ -95,10 +108,19 @@ def explain_java_error(exc: BaseException) -> str | None:
 def guarded(action: Callable[[], int]) -> int:
     """Run `action`, turning known failures into one line on stderr and exit code 2.
     Secret values of any config loaded so far are masked in that line."""
+    from confluent_kafka import KafkaException
+
+    from pipelines.kafka_clients import BrokerUnreachable
+
     try:
         return action()
-    except (ConfigError, JarError, Failure) as exc:
+    except (ConfigError, JarError, Failure, BrokerUnreachable) as exc:
         print(mask_text(f"error: {exc}"), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KafkaException as exc:  # a Kafka call failed after the broker was reached
+        error = exc.args[0] if exc.args else exc
+        text = error.str() if hasattr(error, "str") else str(error)
+        print(mask_text(f"error: Kafka: {text}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -379,10 +401,17 @@ class ProgressMonitor:
         return self._last_checkpoints
 
     def line(self) -> str | None:
+        """One line: records in and out, what enrichment and dead letters are doing (so an
+        outage shows), and checkpoints."""
+        from pipelines.flink_compat import metric_totals
+
         try:
             vertices = self._get(f"/jobs/{self.job_id}")["vertices"]
-            read = sum(self._vertex_sum(v["id"], ".numRecordsOut", "Source__") for v in vertices)
-            sent = sum(self._vertex_sum(v["id"], "__Writer.numRecordsSend") for v in vertices)
+            totals: dict[str, int] = {}
+            for vertex in vertices:
+                base = f"/jobs/{self.job_id}/vertices/{vertex['id']}/subtasks/metrics"
+                for name, value in metric_totals(self._get, base).items():
+                    totals[name] = totals.get(name, 0) + value
             cps = self._get(f"/jobs/{self.job_id}/checkpoints")
         except Exception:  # noqa: BLE001 - the job may be between states
             return None
@@ -392,16 +421,14 @@ class ProgressMonitor:
         slowest = ((cps.get("summary") or {}).get("end_to_end_duration") or {}).get("max", 0)
         cp = (f"last checkpoint #{latest['id']} took {latest.get('end_to_end_duration', 0)} ms, "
               f"slowest {slowest} ms" if latest else "no checkpoint yet")
-        return (f"records in {read}, out {sent} | {cp} | checkpoints "
-                f"{counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed")
-
-    def _vertex_sum(self, vertex_id: str, suffix: str, contains: str = "") -> int:
-        """Sum over subtasks of the operator metrics whose name ends with `suffix`."""
-        base = f"/jobs/{self.job_id}/vertices/{vertex_id}/subtasks/metrics"
-        wanted = [m["id"] for m in self._get(base)
-                  if m["id"].endswith(suffix) and contains in m["id"]]
-        if not wanted:
-            return 0
-        values = self._get(f"{base}?get={','.join(wanted)}&agg=sum")
-        return sum(int(float(v.get("sum", 0))) for v in values)
+        parts = [f"records in {totals.get('in', 0)}, out {totals.get('out', 0)}"]
+        if "lookups" in totals:
+            parts.append(f"lookups {totals['lookups']} (failed {totals.get('lookupFailures', 0)}, "
+                         f"retried {totals.get('retries', 0)}), "
+                         f"marked missing {totals.get('markedMissing', 0)}")
+        if "deadLetters" in totals:
+            parts.append(f"dead letters {totals['deadLetters']}")
+        parts += [cp, f"checkpoints {counts.get('completed', 0)} completed, "
+                      f"{counts.get('failed', 0)} failed"]
+        return " | ".join(parts)
 

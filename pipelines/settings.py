@@ -344,13 +344,24 @@ class SinkSettings(_Model):
     # transaction.max.timeout.ms (900000 by default); Flink's own default (1 h) does not.
     transaction_timeout: int = 600_000
     dead_letter_topic: str | None = None
+    # Largest dead-letter message; null: the producer's max.request.size (kafka.properties,
+    # Kafka's default 1 MiB). Larger originals are truncated, their size and digest kept.
+    dead_letter_max_bytes: int | None = Field(default=None, ge=16_384)
 
     _dur = _duration_fields("transaction_timeout")
+
+    def max_record_bytes(self, kafka: "KafkaConnection") -> int:
+        """What one record written by this job's sinks may weigh."""
+        return int(kafka.properties.get("max.request.size", 1_048_576))
+
+    def dead_letter_bytes(self, kafka: "KafkaConnection") -> int:
+        return min(self.dead_letter_max_bytes or 1 << 62, self.max_record_bytes(kafka))
 
 
 # --------------------------------------------------------------------------- enrichment
 
 class OnFailure(str, Enum):
+    DEAD_LETTER = "dead-letter"    # the record goes to dead letters with the reason: replayable
     MARK_MISSING = "mark-missing"  # emit the record with enrichment missing and why
     FAIL = "fail"                  # fail the job (the restart strategy decides what next)
 
@@ -374,7 +385,11 @@ class EnrichmentSettings(_Model):
     retries: int = Field(default=2, ge=0)
     backoff: int = 100
     ordered: bool = False
-    on_failure: OnFailure = OnFailure.MARK_MISSING
+    # After the retries of a transient failure (timeout, connection, 5xx). A permanent
+    # failure (the service says the record cannot be enriched, e.g. 4xx) always dead-letters.
+    on_failure: OnFailure = OnFailure.DEAD_LETTER
+    # Preflight: the service must answer here (any HTTP status counts); null: `url`.
+    health_url: str | None = None
 
     _dur = _duration_fields("timeout", "backoff", "batch_delay")
 
@@ -419,8 +434,39 @@ class WindowSettings(_Model):
     _dur = _duration_fields("size", "allowed_lateness")
 
 
+class FieldType(str, Enum):
+    ANY = "any"          # present and not null
+    STRING = "string"
+    INTEGER = "integer"
+    NUMBER = "number"
+    BOOLEAN = "boolean"
+    OBJECT = "object"
+    ARRAY = "array"
+
+
 class ParseSettings(_Model):
-    required_fields: list[str] = Field(default_factory=lambda: ["id"])
+    # A list of names (each must be present and not null) or a mapping name -> type.
+    required_fields: dict[str, FieldType] = Field(default_factory=lambda: {"id": FieldType.ANY})
+    # Where each record's origin (topic, partition, offset, timestamp) is added; a record
+    # that already has a field of this name goes to dead letters rather than lose it.
+    # null: add no origin block.
+    origin_field: str | None = "_origin"
+
+    @field_validator("required_fields", mode="before")
+    @classmethod
+    def _names_or_types(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [v]
+        if isinstance(v, list):
+            return {str(name): FieldType.ANY for name in v}
+        return v
+
+
+class ErrorSettings(_Model):
+    """An unexpected exception for one record sends that record to dead letters; this many
+    in a row, with no record getting through in between, is a bug, and fails the job."""
+
+    max_unexpected_in_a_row: int = Field(default=100, ge=1)
 
 
 class FaultSettings(_Model):
@@ -447,6 +493,7 @@ class Settings(_Model):
     restart: RestartSettings = Field(default_factory=RestartSettings)
     sink: SinkSettings
     parse: ParseSettings = Field(default_factory=ParseSettings)
+    errors: ErrorSettings = Field(default_factory=ErrorSettings)
     enrichment: EnrichmentSettings = Field(default_factory=EnrichmentSettings)
     python: PythonSettings = Field(default_factory=PythonSettings)
     watermarks: WatermarkSettings = Field(default_factory=WatermarkSettings)
@@ -546,6 +593,12 @@ def _scalar(text: str) -> Any:
         return text
 
 
+def _value_for(dotted: str, text: str) -> Any:
+    """A secret is the text as given: YAML would turn `12345678` into a number (then echo
+    it in a type error) and `0123` into 83."""
+    return text if is_secret_key(dotted) else _scalar(text)
+
+
 def _resolve_secret_refs(tree: Any, sources: dict[str, str], prefix: str = "") -> Any:
     if isinstance(tree, dict):
         return {k: _resolve_secret_refs(v, sources, f"{prefix}{k}.") for k, v in tree.items()}
@@ -564,7 +617,14 @@ def _resolve_secret_refs(tree: Any, sources: dict[str, str], prefix: str = "") -
             if not path.is_file():
                 raise ConfigError(f"{origin}: {key}: secret file {name} does not exist")
             sources[key] = f"{origin} -> file {name}"
-            return path.read_text(encoding="utf-8").strip()
+            try:
+                return path.read_text(encoding="utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{origin}: {key}: secret file {name} is not UTF-8 text "
+                                  f"(byte {exc.start}); write the secret as text") from None
+            except OSError as exc:
+                raise ConfigError(f"{origin}: {key}: secret file {name} cannot be read: "
+                                  f"{exc.strerror}") from None
     return tree
 
 
@@ -612,7 +672,9 @@ def _explain(exc: ValidationError, sources: dict[str, str]) -> str:
             msg = f"{err.get('input')!r} is not allowed; {allowed}"
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            if "input" in err and etype not in ("value_error",) and not isinstance(err["input"], dict):
+            if is_secret_key(key):
+                msg = f"{msg} (value not shown: it is a secret; quote it in YAML)"
+            elif "input" in err and etype not in ("value_error",) and not isinstance(err["input"], dict):
                 msg = f"{msg} (got {err['input']!r})"
         origin = _origin_of(key, sources)
         lines.append(f"{origin}: {key}: {msg}")
@@ -667,7 +729,7 @@ def load_settings(
         if name.startswith(ENV_PREFIX):
             dotted = name[len(ENV_PREFIX):].lower().replace("__", ".")
             piece: dict[str, Any] = {}
-            _set_dotted(piece, dotted, _scalar(environ[name]))
+            _set_dotted(piece, dotted, _value_for(dotted, environ[name]))
             _merge(tree, piece, f"env {name}", sources)
 
     for item in overrides:
@@ -675,7 +737,7 @@ def load_settings(
             raise ConfigError(f"--set {item}: expected key=value, e.g. --set source.group_id=my-group")
         key, _, value = item.partition("=")
         piece = {}
-        _set_dotted(piece, key.strip(), _scalar(value))
+        _set_dotted(piece, key.strip(), _value_for(key.strip(), value))
         _merge(tree, piece, "--set", sources)
 
     resolved = _resolve_secret_refs(tree, sources)

@@ -171,6 +171,20 @@ class Package:
     command: list[str]
 
 
+PACKAGE_MARKER = ".pipelines-package"
+
+
+def _clear_earlier_package(out_dir: Path) -> None:
+    """Replace an earlier package; refuse anything else (it may be the user's own files)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not (out_dir / PACKAGE_MARKER).is_file():
+            raise ConfigError(f"--out {out_dir}: not empty and not an earlier package (no "
+                              f"{PACKAGE_MARKER}); choose an empty or new directory")
+        shutil.rmtree(out_dir)
+
+
 def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
                 rest_url: str = "http://127.0.0.1:8081", src_root: Path = PROJECT_ROOT) -> Package:
     """Build `out_dir` (replaced whole) with everything a cluster needs for the job."""
@@ -179,8 +193,7 @@ def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
 
     job = loaded.settings.job.name
     jar_paths = jar_module.resolve()
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
+    _clear_earlier_package(out_dir)
     shutil.copytree(src_root / "pipelines", out_dir / "pipelines",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (out_dir / "conf" / "base").mkdir(parents=True)
@@ -207,4 +220,6 @@ def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
         f"export PYTHONPATH=\"$PWD${{PYTHONPATH:+:$PYTHONPATH}}\"\n"
         f"exec {shlex.join(command)} \"$@\"\n")
     (out_dir / "SUBMIT.sh").chmod(0o755)
+    (out_dir / PACKAGE_MARKER).write_text("written by `pipelines package`; the next package "
+                                          "into this directory replaces it\n")
     return Package(out_dir, job, packaged, command)

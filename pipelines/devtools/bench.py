@@ -25,7 +25,13 @@ from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import Service
 from pipelines.devtools.kafka_broker import Broker
 from pipelines.devtools.ports import free_ports
-from pipelines.devtools.topics import committed_offsets, create_topics, delete_topics, produce, read_all
+from pipelines.devtools.topics import (
+    committed_offsets,
+    create_topics,
+    delete_topics,
+    produce,
+    read_all,
+)
 from pipelines.settings import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "bench" / "results"

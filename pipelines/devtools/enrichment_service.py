@@ -39,6 +39,7 @@ class Behaviour:
     jitter_ms: float = 0.0
     failure_rate: float = 0.0
     down: bool = False  # answer 503 to everything but /health and /admin
+    unknown: list = field(default_factory=list)  # companies answered with 404 (permanent)
     requests: int = 0
     failures: int = 0
     started: float = field(default_factory=time.time)
@@ -68,6 +69,8 @@ def make_app(behaviour: Behaviour):
             return web.json_response({"error": "registry unavailable"}, status=503)
         if not company:
             return web.json_response({"error": "company is required"}, status=400)
+        if company in behaviour.unknown:
+            return web.json_response({"error": "no such company"}, status=404)
         return web.json_response(company_profile(company))
 
     async def lookup_batch(request: web.Request) -> web.Response:
@@ -88,6 +91,8 @@ def make_app(behaviour: Behaviour):
             if behaviour.failure_rate and random.random() < behaviour.failure_rate:
                 behaviour.failures += 1
                 results.append({"error": "registry unavailable", "status": 503})
+            elif company in behaviour.unknown:
+                results.append({"error": "no such company", "status": 404})
             else:
                 results.append(company_profile(str(company)))
         return web.json_response({"results": results})
@@ -102,7 +107,7 @@ def make_app(behaviour: Behaviour):
 
     async def admin(request: web.Request):
         body = await request.json()
-        for key in ("latency_ms", "jitter_ms", "failure_rate", "down"):
+        for key in ("latency_ms", "jitter_ms", "failure_rate", "down", "unknown"):
             if key in body:
                 setattr(behaviour, key, type(getattr(behaviour, key))(body[key]))
         return await stats(request)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.devtools.ports import port_free
+from pipelines.kafka_clients import quiet_logger
 from pipelines.settings import PROJECT_ROOT
 
 STATE_DIR = Path(os.environ.get("PIPELINES_KAFKA_DIR", PROJECT_ROOT / ".local" / "kafka"))
@@ -154,7 +155,7 @@ class Broker:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 1000,
-                             "logger": _quiet_logger()})
+                             "logger": quiet_logger()})
         try:
             metadata = admin.list_topics(timeout=timeout)
         except Exception:
@@ -258,12 +259,3 @@ def _wait_port_free(port: int, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and not port_free(port):
         time.sleep(0.2)
-
-
-def _quiet_logger():
-    import logging
-
-    logger = logging.getLogger("pipelines.librdkafka")
-    logger.addHandler(logging.NullHandler())
-    logger.propagate = False
-    return logger

@@ -12,13 +12,15 @@ from typing import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pipelines.kafka_clients import admin_client
 
 _COORDINATOR_NOT_READY = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                           KafkaError.COORDINATOR_NOT_AVAILABLE}
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    """An admin client that has reached the broker (else BrokerUnreachable, one line)."""
+    return admin_client(bootstrap)
 
 
 def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 30.0) -> None:

@@ -11,6 +11,9 @@ import sys
 
 from pipelines.settings import ConfigError, Settings
 
+# External services this job calls: preflight checks that each answers.
+USES = ("enrichment",)
+
 
 def build(env, settings: Settings) -> None:
     if not settings.sink.dead_letter_topic:
@@ -31,11 +34,12 @@ def build(env, settings: Settings) -> None:
         raw = batch_records(raw, cfg).name("batch").uid("batch")
     parse_fn, dead_letters_tag = make_parse_function(
         settings.parse, settings.faults, settings.job.name, batched=batched,
-        trace_timing=cfg.trace_timing)
+        trace_timing=cfg.trace_timing, errors=settings.errors,
+        dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka))
     parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
-    enriched = apply_enrichment(parsed, settings.enrichment).name("enrich").uid("enrich")
+    enriched, enrich_dead = apply_enrichment(parsed, settings)
     enriched.sink_to(build_sink(settings)).name("kafka-sink").uid("kafka-sink")
-    (parsed.get_side_output(dead_letters_tag)
+    (parsed.get_side_output(dead_letters_tag).union(enrich_dead)
      .sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
      .name("dead-letter-sink").uid("dead-letter-sink"))
 

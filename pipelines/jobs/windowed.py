@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from pipelines.settings import ConfigError, Settings
+from pipelines.settings import ConfigError, FieldType, Settings
 
 
 def build(env, settings: Settings) -> None:
@@ -33,8 +33,12 @@ def build(env, settings: Settings) -> None:
 
     raw = env.from_source(build_source(settings), WatermarkStrategy.no_watermarks(),
                           "kafka-source", type_info=origin_type_info()).uid("kafka-source")
+    # The window key is checked here, where a bad record can still go to dead letters:
+    # key_by below then never meets a record without a usable key.
     parse_fn, dead_letters_tag = make_parse_function(
-        settings.parse, settings.faults, settings.job.name, event_time_field=time_field)
+        settings.parse, settings.faults, settings.job.name, event_time_field=time_field,
+        errors=settings.errors, extra_required={key_field: FieldType.ANY},
+        dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka))
     parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
     timed = (parsed.assign_timestamps_and_watermarks(watermark_strategy(wm))
              .name("event-time").uid("event-time"))
@@ -48,7 +52,7 @@ def build(env, settings: Settings) -> None:
 
     late_tag = OutputTag("late-records", Types.STRING())
     counts = (timed
-              .key_by(lambda value: str(json.loads(value)[key_field]), key_type=Types.STRING())
+              .key_by(lambda value: window_key(value, key_field), key_type=Types.STRING())
               .window(TumblingEventTimeWindows.of(Time.milliseconds(win.size)))
               .allowed_lateness(win.allowed_lateness)
               .side_output_late_data(late_tag)
@@ -63,6 +67,12 @@ def build(env, settings: Settings) -> None:
     (parsed.get_side_output(dead_letters_tag)
      .sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
      .name("dead-letter-sink").uid("dead-letter-sink"))
+
+
+def window_key(value: str, key_field: str) -> str:
+    """The key as text: a string as it is, anything else as its JSON (1 and "1" differ)."""
+    key = json.loads(value)[key_field]
+    return key if isinstance(key, str) else json.dumps(key, sort_keys=True)
 
 
 def _late(value: str, key_field: str, time_field: str) -> str:

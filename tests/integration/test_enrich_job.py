@@ -9,7 +9,13 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import company_profile
-from pipelines.devtools.topics import committed_offsets, create_topics, end_offsets, produce, read_all
+from pipelines.devtools.topics import (
+    committed_offsets,
+    create_topics,
+    end_offsets,
+    produce,
+    read_all,
+)
 from tests.conftest import run_cli, topic_args
 from tests.integration.helpers import RunningJob
 
@@ -75,7 +81,7 @@ def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(kafka, 
     second = _decoded(kafka, names("out2"))
     first_offsets = {}
     for record in second:
-        p, o = record["source"]["partition"], record["source"]["offset"]
+        p, o = record["_origin"]["partition"], record["_origin"]["offset"]
         first_offsets[p] = min(o, first_offsets.get(p, o))
     assert first_offsets == {p: o for p, o in stopped_at.items() if o < ends[p]}
     assert len(second) == sum(ends[p] - stopped_at[p] for p in ends)

@@ -20,7 +20,13 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.kafka_broker import Broker
-from pipelines.devtools.topics import committed_offsets, create_topics, end_offsets, produce, read_all
+from pipelines.devtools.topics import (
+    committed_offsets,
+    create_topics,
+    end_offsets,
+    produce,
+    read_all,
+)
 from tests.conftest import CLI, ROOT, run_cli, topic_args
 from tests.integration.helpers import RunningJob
 from tests.support import kill_tree
