@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import os
 import re
@@ -87,22 +88,58 @@ def job_names() -> list[str]:
                   if not p.stem.startswith("_"))
 
 
+MAX_ERROR_CHARS = 500
+
+# PyFlink wraps a Python function's exception as
+#   Exception: ('Error happens inside the class ... during handling input ...', Inner('...'))
+# where the input is the record (or a whole batch): never echo it, keep the inner exception.
+_PYFLINK_WRAPPED = re.compile(
+    r"during handling input .*, (?P<type>[A-Za-z_][\w.]*)\((?P<quote>['\"])(?P<msg>.*?)(?P=quote)\)\)\s*$",
+    re.S | re.M)
+_PYTHON_ERROR_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Errors|Failed|Fault))"
+                                r": (?P<msg>.*)$")
+
+
+def explain_python_error(text: str) -> str | None:
+    """The exception a Python worker raised, from the traceback Flink forwards."""
+    if "Traceback (most recent call last)" not in text:
+        return None
+    wrapped = list(_PYFLINK_WRAPPED.finditer(text))
+    if wrapped:
+        last = wrapped[-1]
+        return f"{last.group('type').rsplit('.', 1)[-1]}: {last.group('msg')}"
+    lines = [line.strip() for line in text.splitlines()]
+    for line in reversed(lines):
+        match = _PYTHON_ERROR_LINE.match(line)
+        if match and not line.startswith("Exception: ('Error happens inside"):
+            return line
+    return None
+
+
 def explain_java_error(exc: BaseException) -> str | None:
     """The root cause of a Py4J error in one line, or None when it is not one.
 
     Flink wraps the real reason (say NoOffsetForPartitionException) in several layers of
-    JobExecutionException; the last `Caused by:` is the one a user can act on.
+    JobExecutionException; the last `Caused by:` is the one a user can act on. When the
+    cause is a Python function's exception, that exception (not the record it was handling).
     """
     if "py4j" not in type(exc).__module__ and "Py4J" not in type(exc).__name__:
         return None
-    lines = [line.strip() for line in str(exc).splitlines()]
+    text = str(exc)
+    line = explain_python_error(text) or _last_cause(text) or type(exc).__name__
+    line = " ".join(line.split())
+    return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS] + " ..."
+
+
+def _last_cause(text: str) -> str | None:
+    lines = [line.strip() for line in text.splitlines()]
     causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
     if causes:
         return causes[-1]
     for line in lines:
         if ("Exception" in line or "Error" in line) and not line.startswith("at "):
             return line.lstrip(": ")
-    return lines[0] if lines else type(exc).__name__
+    return lines[0] if lines else None
 
 
 def guarded(action: Callable[[], int]) -> int:
@@ -227,22 +264,66 @@ class StopSignals:
 
     def _force(self, message: str, code: int) -> None:
         try:
-            print(message, file=sys.stderr, flush=True)
+            print(message, file=sys.__stderr__, flush=True)
         finally:
             self.owner.end(grace_s=1.0)
             os._exit(code)
 
 
-def _owned_local_run(body: Callable[[], RunResult], log) -> RunResult:
-    """Run `body` with stop signals handled and the JVM's process group owned."""
+class WorkerOutput(io.TextIOBase):
+    """sys.stderr for a local run: the main thread's writes reach the terminal, other
+    threads' go to a log file. Locally PyFlink runs Python functions in this process
+    (loopback), and Beam's SDK harness prints every failing bundle's traceback, records
+    included, to sys.stderr from its threads: thousands of lines for one error that the
+    CLI reports in one line anyway."""
+
+    def __init__(self, terminal, path: Path):
+        self.terminal = terminal
+        self.path = path
+        self._file = None
+
+    def write(self, text: str) -> int:
+        if threading.current_thread() is threading.main_thread():
+            return self.terminal.write(text)
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "w", encoding="utf-8", errors="replace")
+        self._file.write(text)
+        self._file.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+
+    @property
+    def written(self) -> bool:
+        return self._file is not None
+
+
+def worker_log_path(job: str) -> Path:
+    from pipelines.settings import PROJECT_ROOT
+
+    return PROJECT_ROOT / ".local" / "logs" / f"{job}-python-worker.log"
+
+
+def _owned_local_run(body: Callable[[], RunResult], log, job: str) -> RunResult:
+    """Run `body` with stop signals handled, the JVM's process group owned, and the
+    in-process Python workers' output in a log file."""
     from pipelines.flink_compat import gateway_in_group
 
     owner = ProcessGroups()
     stops = StopSignals(owner, log).install()
+    terminal = sys.stderr
+    sys.stderr = WorkerOutput(terminal, worker_log_path(job))
     try:
         with gateway_in_group(owner):
             return body()
+    except Failure:
+        if sys.stderr.written:
+            print(f"Python worker output: {sys.stderr.path}", file=sys.stdout)
+        raise
     finally:
+        sys.stderr = terminal
         owner.end()
         stops.restore()
 
@@ -279,7 +360,7 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
                            state.get("job_id", ""), stop.signame)
             return RunResult(state.get("job_id", ""), status, 0)
 
-    return _owned_local_run(body, log)
+    return _owned_local_run(body, log, job)
 
 
 def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
@@ -318,7 +399,8 @@ def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
     try:
         outcome.result()
     except Exception as exc:  # noqa: BLE001
-        raise Failure(f"job {job} failed: {explain_java_error(exc) or exc}") from None
+        why = explain_java_error(exc) or " ".join(str(exc).split())[:MAX_ERROR_CHARS]
+        raise Failure(f"job {job} failed: {why}") from None
     log(f"job {job} finished")
     return RunResult(job_id, "FINISHED", checkpoints)
 

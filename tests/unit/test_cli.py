@@ -42,3 +42,29 @@ def test_bad_config_is_one_error_and_exit_2():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: --set: sink.delivery: 'twice' is not allowed; "
                                    "allowed: exactly-once, at-least-once, none")
+
+
+SDK_ERROR = """java.lang.RuntimeException: Error received from SDK harness for instruction 4: Traceback (most recent call last):
+  File "/x/apache_beam/runners/worker/sdk_worker.py", line 311, in _execute
+    response = task()
+  File "/x/pyflink/fn_execution/datastream/process/async_function/operation.py", line 394, in _raise_exception_if_exists
+    raise self._exception
+Exception: ('Error happens inside the class \\'<class \\'pipelines.enrichment.EnrichBatch\\'>\\' during handling input \\'[{"company": "secret-customer", "id": 2}]\\'', EnrichmentFailed('enrichment of record 2 failed: HTTP 503 from http://h/lookup/batch (3 attempts)'))
+
+\tat org.apache.beam.runners.fnexecution.control.FnApiControlClient$ResponseStreamObserver.onNext(FnApiControlClient.java:181)
+"""
+
+
+def test_a_python_worker_error_is_its_exception_without_the_record():
+    from pipelines.runner import explain_python_error
+
+    line = explain_python_error(SDK_ERROR)
+    assert line == ("EnrichmentFailed: enrichment of record 2 failed: HTTP 503 from "
+                    "http://h/lookup/batch (3 attempts)")
+
+
+def test_a_plain_python_traceback_gives_its_last_exception_line():
+    from pipelines.runner import explain_python_error
+
+    text = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: bad thing\n"
+    assert explain_python_error(text) == "ValueError: bad thing"

@@ -1,0 +1,94 @@
+"""An enrichment outage is visible: preflight names a service that does not answer, and a
+running job counts lookups, failures, retries, records marked missing and dead letters as
+Flink metrics, shown in its progress line. Each policy is run through a total outage and
+its counts are checked exactly, against the broker and against the progress line."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.topics import create_topics, produce, read_all
+from tests.conftest import run_cli, topic_args
+from tests.integration.helpers import RunningJob
+
+pytestmark = pytest.mark.integration
+
+N = 200
+RETRIES = 2
+
+
+@pytest.fixture
+def outage(kafka, names, enrichment_service):
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(N))
+    enrichment_service.configure(latency_ms=1, down=True)
+    return ["enrich", *topic_args(kafka, names, dead_letters=True),
+            "--set", f"enrichment.url={enrichment_service.url}",
+            "--set", f"enrichment.retries={RETRIES}", "--set", "enrichment.backoff=10ms",
+            "--set", "checkpoint.interval=1s"]
+
+
+def _counts(job: RunningJob, pattern: str, timeout: float = 120) -> re.Match:
+    return job.wait_for(pattern, timeout)
+
+
+@pytest.mark.parametrize("policy", ["dead-letter", "mark-missing"])
+def test_total_outage_is_counted_exactly_under(policy, kafka, names, outage,
+                                               enrichment_service):
+    job = RunningJob(*outage, "--set", f"enrichment.on_failure={policy}")
+    attempts = N * (RETRIES + 1)
+    missing = N if policy == "mark-missing" else 0
+    dead = N if policy == "dead-letter" else 0
+    try:
+        line = _counts(job, rf"lookups {attempts} \(failed {attempts}, retried {N * RETRIES}\), "
+                            rf"marked missing {missing} \| dead letters {dead} \|")
+    finally:
+        assert job.interrupt() == 0, job.output
+    print(line.string)
+    out = [json.loads(v) for v in read_all(kafka, names("out"))]
+    dlq = [json.loads(v) for v in read_all(kafka, names("dlq"))]
+    reason = f"HTTP 503 from {enrichment_service.url}/lookup/batch ({RETRIES + 1} attempts)"
+    if policy == "dead-letter":
+        assert out == []
+        assert sorted(d["origin"]["offset"] for d in dlq) == sorted(
+            i // 3 for i in range(N))  # round-robin over 3 partitions
+        assert {d["error"] for d in dlq} == {f"enrichment unavailable: {reason}"}
+        assert all(d["stage"] == "enrich" for d in dlq)
+        assert sorted(json.loads(__import__("base64").b64decode(d["value_b64"]))["id"]
+                      for d in dlq) == list(range(N))
+    else:
+        assert dlq == []
+        assert sorted(r["id"] for r in out) == list(range(N))
+        assert {r["enrichment_error"] for r in out} == {reason}
+        assert all(r["enrichment"] is None for r in out)
+
+
+def test_total_outage_under_fail_fails_the_job_and_writes_nothing(kafka, names, outage):
+    proc = run_cli("run", *outage, "--set", "enrichment.on_failure=fail",
+                   "--set", "restart.attempts=1", "--set", "restart.delay=1s", check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert re.fullmatch(r"error: job enrich failed: EnrichmentFailed: enrichment of record "
+                        r"\d+ failed: HTTP 503 from http://127\.0\.0\.1:\d+/lookup/batch "
+                        r"\(3 attempts\)", line), line
+    assert read_all(kafka, names("out")) == [] and read_all(kafka, names("dlq")) == []
+
+
+def test_preflight_names_an_enrichment_service_that_does_not_answer(kafka, names, outage):
+    dead_url = "http://127.0.0.1:1"
+    proc = run_cli("doctor", *outage, "--set", f"enrichment.url={dead_url}", check=False)
+    assert proc.returncode == 2
+    assert (f"error: enrichment.url: no enrichment service answered at {dead_url} within 5s "
+            f"(Connection refused); start it (the demo: `make enrichment-up`) or pass "
+            f"--skip-preflight") in proc.stdout
+    assert proc.stderr.strip() == "error: preflight found 1 error(s); nothing was started"
+
+
+def test_a_down_service_still_answers_preflight(kafka, names, outage):
+    """503s mean the service is there (and the job's policy decides); only silence fails."""
+    proc = run_cli("doctor", *outage)
+    assert "enrich: config valid, preflight passed, jars present" in proc.stdout
