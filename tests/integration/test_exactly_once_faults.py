@@ -67,6 +67,23 @@ def assert_exactly_once(kafka, topic, label: str) -> list[dict]:
     return records
 
 
+def assert_out_and_dead_letters_exactly_once(kafka, names, service) -> None:
+    """Every input id exactly once across the output and the dead letters (decoded from
+    the original each dead letter carries); both topics without an open transaction."""
+    import base64
+
+    out = [json.loads(v)["id"] for v in read_all(kafka, names("out"))]
+    dead = [json.loads(v) for v in read_all(kafka, names("dlq"))]
+    dead_ids = [json.loads(base64.b64decode(d["value_b64"]))["id"] for d in dead]
+    print(f"[outage, dead-letter] input {N}, output {len(out)}, dead letters {len(dead)}")
+    assert dead, "the outage should have sent records to dead letters"
+    assert {d["error"] for d in dead} == {
+        f"enrichment unavailable: HTTP 503 from {service.url}/lookup/batch (2 attempts)"}
+    assert sorted(out + dead_ids) == list(range(N))
+    for topic in (names("out"), names("dlq")):
+        assert end_offsets(kafka, topic, "read_committed") == end_offsets(kafka, topic)
+
+
 def progress(kafka, names) -> int:
     return sum(max(o, 0) for o in committed_offsets(kafka, names("group"), names("in")).values())
 
@@ -185,12 +202,14 @@ def test_broker_restart_mid_stream(kafka, names, job, enrichment_service):
     assert_exactly_once(kafka, names("out"), "broker restart")
 
 
-@pytest.mark.parametrize("policy", ["retry", "mark-missing", "fail"])
+@pytest.mark.parametrize("policy", ["retry", "dead-letter", "mark-missing", "fail"])
 def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_service, policy):
     settings = {
         # retries span the 3 s outage: 200+400+800+1600+3200 ms of backoff
         "retry": ["--set", "enrichment.retries=5", "--set", "enrichment.backoff=200ms",
                   "--set", "enrichment.timeout=500ms"],
+        "dead-letter": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
+                        "--set", "enrichment.on_failure=dead-letter"],
         "mark-missing": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
                          "--set", "enrichment.on_failure=mark-missing"],
         "fail": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
@@ -207,6 +226,9 @@ def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_servi
         assert running.wait(timeout=300) == 0, running.output
     finally:
         running.kill()
+    if policy == "dead-letter":
+        assert_out_and_dead_letters_exactly_once(kafka, names, enrichment_service)
+        return
     records = assert_exactly_once(kafka, names("out"), f"outage, {policy}")
     missing = [r for r in records if r["enrichment"] is None]
     if policy == "mark-missing":

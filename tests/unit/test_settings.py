@@ -161,3 +161,40 @@ def test_error_lines_mask_secrets_of_loaded_configs(tmp_path, capsys):
 
     assert guarded(fails) == 2
     assert capsys.readouterr().err.strip() == "error: login failed with password ****** for user u"
+
+
+@pytest.mark.parametrize("how", ["--set", "env"])
+def test_a_secret_from_the_command_line_or_env_is_text_never_yaml(tmp_path, how):
+    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+                                  "username: u}}\n")
+    for value in ("12345678", "0123", "[a, b]", "null", "true"):
+        if how == "--set":
+            loaded = load_settings("demo", conf_dir=conf, environ={},
+                                   overrides=[f"kafka.security.password={value}"])
+        else:
+            loaded = load_settings("demo", conf_dir=conf,
+                                   environ={"PIPELINES__KAFKA__SECURITY__PASSWORD": value})
+        assert loaded.settings.kafka.security.password.get_secret_value() == value
+
+
+def test_a_secret_of_the_wrong_type_is_reported_without_its_value(tmp_path):
+    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+                                  "username: u, password: 98765432}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    message = str(err.value)
+    assert "98765432" not in message
+    assert message == ("base/demo.yaml: kafka.security.password: Input should be a valid string "
+                       "(value not shown: it is a secret; quote it in YAML)").replace(
+        "base/demo.yaml", str(conf / "base" / "demo.yaml"))
+
+
+def test_a_secret_file_that_is_not_text_is_one_config_error(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\xff\xfe\x00")
+    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+                                  f"username: u, password: '${{file:{secret}}}'}}}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    assert str(err.value).endswith(f"kafka.security.password: secret file {secret} is not UTF-8 "
+                                   f"text (byte 0); write the secret as text")
