@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipelines.processes import ProcessGroups
 from pipelines.runner import Failure, guarded, job_arguments, load_job, prepare, run_local
 from pipelines.settings import effective_view, load_settings
 
@@ -121,11 +122,17 @@ def _submit(args) -> int:
     if args.detached:
         command.insert(command.index("run") + 1, "--detached")
     env = {**cluster.environ(), "PYTHONPATH": str(package.root)}
-    proc = subprocess.run(command + extra, env=env, capture_output=True, text=True,
-                          cwd=package.root)
-    sys.stdout.write(proc.stdout)
+    # `flink run` is a JVM that starts a Python client: both in a group we end on any exit.
+    owner = ProcessGroups()
+    try:
+        proc = owner.popen(command + extra, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=package.root)
+        stdout, stderr = proc.communicate()
+    finally:
+        owner.end()
+    sys.stdout.write(stdout)
     if proc.returncode != 0:
-        tail = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()][-5:]
+        tail = [line for line in (stdout + stderr).splitlines() if line.strip()][-5:]
         raise Failure(f"flink run failed (exit {proc.returncode}): " + " | ".join(tail))
     return 0
 

@@ -205,7 +205,8 @@ def end_all_started() -> list[str]:
     while LIVE:
         started = LIVE.pop()
         if started.proc.poll() is None or still_alive(started.tree()):
-            leftovers.append(" ".join(started.args[2:4]))
+            tail = "\n    ".join(started.output.splitlines()[-15:])
+            leftovers.append(f"{' '.join(started.args[2:4])}; its last output:\n    {tail}")
             started.end()
     return leftovers
 
