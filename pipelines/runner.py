@@ -237,6 +237,7 @@ class StopSignals:
         self.deadline_s = deadline_s
         self.requested: str | None = None
         self._previous: dict[int, object] = {}
+        self._done = threading.Event()
 
     def install(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
@@ -245,6 +246,8 @@ class StopSignals:
         return self
 
     def restore(self) -> None:
+        """Back to the handlers we found; a pending watchdog is called off (the stop ended)."""
+        self._done.set()
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
@@ -258,7 +261,8 @@ class StopSignals:
         self._force(f"{name} again: exiting now", 130)
 
     def _watchdog(self) -> None:
-        time.sleep(self.deadline_s)
+        if self._done.wait(self.deadline_s):
+            return
         self._force(f"the stop did not finish within {self.deadline_s:.0f} s: "
                     f"killing the job's processes", 1)
 

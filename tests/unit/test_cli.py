@@ -68,3 +68,29 @@ def test_a_plain_python_traceback_gives_its_last_exception_line():
 
     text = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: bad thing\n"
     assert explain_python_error(text) == "ValueError: bad thing"
+
+
+def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off():
+    import os
+    import signal
+    import time
+
+    from pipelines.processes import ProcessGroups
+    from pipelines.runner import StopRequested, StopSignals
+
+    forced = []
+    stops = StopSignals(ProcessGroups(), deadline_s=0.5)
+    stops._force = lambda message, code: forced.append((message, code))
+    stops.install()
+    try:
+        with pytest.raises(StopRequested):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert stops.requested == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGINT)  # the second signal forces, it does not raise
+        time.sleep(0.1)
+        assert forced == [("SIGINT again: exiting now", 130)]
+    finally:
+        stops.restore()
+    time.sleep(1)  # past the watchdog's deadline: restored, so it never fires
+    assert len(forced) == 1
