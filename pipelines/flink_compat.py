@@ -68,6 +68,18 @@ class _StderrTail:
 GATEWAY_STDERR = _StderrTail()
 
 
+def disconnect_gateway() -> None:
+    """Mark PyFlink's Py4J client disconnected before its JVM is ended, so that nothing
+    (Py4J's finalizers releasing Java objects at exit, say) tries to reach a dead JVM and
+    logs a stack trace. A flag only (py4j 0.10.9: `GatewayClient.is_connected`): no
+    network call on the way out."""
+    import pyflink.java_gateway as java_gateway
+
+    gateway = getattr(java_gateway, "_gateway", None)
+    if gateway is not None:
+        gateway._gateway_client.is_connected = False
+
+
 def gateway_started() -> bool:
     """Whether this process has a PyFlink gateway already (PyFlink 2.2: `_gateway`)."""
     import pyflink.java_gateway as java_gateway

@@ -192,7 +192,7 @@ def job_main(job: str, build, argv: list[str]) -> None:
 
     if "PYFLINK_GATEWAY_PORT" in os.environ:  # under `flink run`: the client owns the JVM
         sys.exit(guarded(action))
-    from pipelines.flink_compat import gateway_in_group
+    from pipelines.flink_compat import disconnect_gateway, gateway_in_group
 
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
@@ -200,6 +200,7 @@ def job_main(job: str, build, argv: list[str]) -> None:
         with gateway_in_group(owner):
             code = guarded(action)
     finally:
+        disconnect_gateway()
         owner.end()
         stops.restore()
     sys.exit(code)
@@ -313,7 +314,7 @@ def worker_log_path(job: str) -> Path:
 def _owned_local_run(body: Callable[[], RunResult], log, job: str) -> RunResult:
     """Run `body` with stop signals handled, the JVM's process group owned, and the
     in-process Python workers' output in a log file."""
-    from pipelines.flink_compat import gateway_in_group
+    from pipelines.flink_compat import disconnect_gateway, gateway_in_group
 
     owner = ProcessGroups()
     stops = StopSignals(owner, log).install()
@@ -328,6 +329,7 @@ def _owned_local_run(body: Callable[[], RunResult], log, job: str) -> RunResult:
         raise
     finally:
         sys.stderr = terminal
+        disconnect_gateway()
         owner.end()
         stops.restore()
 
