@@ -121,5 +121,5 @@ def test_latest_skips_what_was_there_before_the_job(kafka, names):
         assert _out(kafka, names) == expected
     finally:
         assert job.interrupt() == 0, job.output
-    assert "stopping: cancelling the job" in job.output
+    assert "stopping (SIGINT): cancelling the job" in job.output
     assert end_offsets(kafka, names("out"), "read_committed") == end_offsets(kafka, names("out"))
