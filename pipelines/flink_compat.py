@@ -132,6 +132,12 @@ def is_java_timeout(exc: BaseException) -> bool:
     return "java.util.concurrent.TimeoutException" in str(exc)
 
 
+def set_record_deserializer(builder, j_deserializer) -> None:
+    """Give a KafkaSource builder a Java KafkaRecordDeserializationSchema (PyFlink 2.2 only
+    offers value-only deserializers; the builder's Java object is `_j_builder`)."""
+    builder._j_builder.setDeserializer(j_deserializer)
+
+
 def java_stream(stream):
     """The Java DataStream behind a PyFlink one (PyFlink 2.2: `_j_data_stream`), to insert
     the project's Java operators (jars/src) where PyFlink has no API for them."""

@@ -76,6 +76,8 @@ def build_source(settings: Settings):
     from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
     from pyflink.java_gateway import get_gateway
 
+    from pipelines.flink_compat import set_record_deserializer
+
     src = settings.source
     builder = KafkaSource.builder().set_bootstrap_servers(settings.kafka.bootstrap_servers)
     if src.topics:
@@ -89,8 +91,7 @@ def build_source(settings: Settings):
         builder.set_bounded(KafkaOffsetsInitializer.latest())
     builder.set_properties(source_properties(settings))
     builder.set_client_id_prefix(f"{settings.job.name}-source")
-    jvm = get_gateway().jvm
-    builder._j_builder.setDeserializer(jvm.pipelines.flink.OriginRecordDeserializer())
+    set_record_deserializer(builder, get_gateway().jvm.pipelines.flink.OriginRecordDeserializer())
     return builder.build()
 
 

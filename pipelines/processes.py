@@ -25,13 +25,15 @@ GRACE_S = 5.0
 
 
 def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs. An exited child of ours stays a zombie
+    until its parent (PyFlink's Popen, say) reads its status; it counts as ended."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return any(int(fields[2]) == pgid and fields[0] != "Z" for fields in proc_stats().values())
 
 
 def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:

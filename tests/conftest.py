@@ -8,6 +8,8 @@ import uuid
 
 import pytest
 
+from pipelines.flink_compat import disconnect_gateway, gateway_in_group
+from pipelines.processes import ProcessGroups
 from tests.support import (  # noqa: F401
     CLI,
     ROOT,
@@ -19,6 +21,17 @@ from tests.support import (  # noqa: F401
 )
 
 become_subreaper()
+
+# Unit tests start PyFlink's gateway JVM in this process: own it like a run does.
+_SESSION_GROUPS = ProcessGroups()
+_OWNED_GATEWAY = gateway_in_group(_SESSION_GROUPS)
+_OWNED_GATEWAY.__enter__()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _OWNED_GATEWAY.__exit__(None, None, None)
+    disconnect_gateway()
+    _SESSION_GROUPS.end()
 
 
 def _docker_answers() -> bool:

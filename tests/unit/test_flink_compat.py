@@ -1,0 +1,101 @@
+"""Each private PyFlink/Flink API that pipelines/flink_compat.py reaches, checked against the
+pinned wheel: an upgrade that moves one fails here, not in a running job."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipelines import flink_compat
+from tests.support import ROOT, job_env
+
+pytestmark = pytest.mark.unit
+
+
+def test_written_for_the_pinned_wheel():
+    assert importlib.metadata.version("apache-flink") == flink_compat.FLINK_VERSION
+
+
+@pytest.fixture(scope="module", autouse=True)
+def env():
+    """A configured environment: the project's jars are on the gateway's class path."""
+    from pipelines.environment import create_environment
+    from pipelines.settings import load_settings
+
+    return create_environment(load_settings("passthrough", environ={}).settings)
+
+
+def _java_class(name: str):
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    return jvm.java.lang.Class.forName(name, True, loader)
+
+
+def test_the_python_names_it_patches_or_reads_exist():
+    import pyflink.datastream.connectors.kafka as kafka
+    import pyflink.java_gateway as java_gateway
+    import pyflink.pyflink_gateway_server as gateway_server
+    from py4j.java_gateway import GatewayClient
+
+    assert callable(java_gateway.launch_gateway_server_process)
+    assert gateway_server.Popen is subprocess.Popen
+    assert hasattr(java_gateway, "_gateway")
+    assert "is_connected" in GatewayClient.__init__.__code__.co_names
+    builder = kafka.KafkaSource.builder()
+    assert hasattr(builder, "_j_builder")
+
+
+def test_the_java_members_it_calls_exist():
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    mini = _java_class("org.apache.flink.runtime.minicluster.MiniClusterJobClient")
+    assert mini.getDeclaredField("miniCluster") is not None
+    client = _java_class("org.apache.flink.core.execution.JobClient")
+    names = {m.getName() for m in client.getMethods()}
+    assert {"cancel", "stopWithSavepoint"} <= names
+    stop = [m for m in client.getMethods() if m.getName() == "stopWithSavepoint"][0]
+    assert [t.getName() for t in stop.getParameterTypes()] == [
+        "boolean", "java.lang.String", "org.apache.flink.core.execution.SavepointFormatType"]
+    assert jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL is not None
+
+
+def test_project_java_operators_load_and_split_marked_elements(env):
+    from pyflink.common import Types
+
+    for name in ("MarkedSplit", "RecordBatcher", "OriginRecordDeserializer"):
+        assert _java_class(f"pipelines.flink.{name}") is not None
+    stream = env.from_collection(["\x00dead", "alive"], type_info=Types.STRING())
+    kept = flink_compat.split_marked(stream, keep_marked=True)
+    assert flink_compat.java_stream(kept).getType().toString() == "String"
+
+
+def test_gateway_starts_in_a_group_the_owner_ends():
+    """In a fresh interpreter: the JVM is in its own group, owned, and gone after end()."""
+    script = textwrap.dedent("""
+        import os
+        from pipelines.flink_compat import disconnect_gateway, gateway_in_group
+        from pipelines.processes import ProcessGroups, group_alive
+        owner = ProcessGroups()
+        with gateway_in_group(owner):
+            from pyflink.java_gateway import get_gateway
+            assert get_gateway().jvm.java.lang.System.currentTimeMillis() > 0
+        [group] = owner.groups
+        assert group != os.getpgid(0)
+        assert any("java" in open(f"/proc/{p}/cmdline").read() for p in owner.members())
+        disconnect_gateway()
+        owner.end()
+        assert not group_alive(group)
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, env=job_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "ok"
+    assert proc.stderr.strip() == ""
