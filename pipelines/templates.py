@@ -87,7 +87,7 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import run_cli, topic_args
+from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +116,7 @@ from collections import Counter
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import run_cli, topic_args
+from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 

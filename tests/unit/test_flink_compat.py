@@ -99,3 +99,14 @@ def test_gateway_starts_in_a_group_the_owner_ends():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
     assert proc.stderr.strip() == ""
+
+
+def test_the_row_python_reads_is_the_row_java_produces():
+    """kafka.origin_type_info() declares what OriginRecordDeserializer emits; they must agree
+    field for field, or every record would be misread."""
+    from pyflink.java_gateway import get_gateway
+
+    from pipelines.kafka import origin_type_info
+
+    produced = get_gateway().jvm.pipelines.flink.OriginRecordDeserializer().getProducedType()
+    assert produced.toString() == origin_type_info().get_java_type_info().toString()
