@@ -57,10 +57,17 @@ def starting_offsets(settings: Settings):
     return KafkaOffsetsInitializer.offsets(offsets, _reset_strategy(start.fallback))
 
 
-def source_properties(settings: Settings) -> dict[str, str]:
+KAFKA_DEFAULT_MAX_POLL_RECORDS = 500
+
+
+def source_properties(settings: Settings, uses: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+    """Consumer properties. Behind slow lookups a poll holds at most one round of them (the
+    fetcher commits offsets only between polls); a job without enrichment keeps Kafka's
+    default."""
     src = settings.source
     props = settings.kafka.client_properties()
-    props["max.poll.records"] = str(src.max_poll_records or settings.enrichment.capacity)
+    derived = settings.enrichment.capacity if "enrichment" in uses else KAFKA_DEFAULT_MAX_POLL_RECORDS
+    props["max.poll.records"] = str(src.max_poll_records or derived)
     props.update(src.properties)
     props["isolation.level"] = src.isolation_level.value
     props["commit.offsets.on.checkpoint"] = str(src.commit_offsets_on_checkpoint).lower()
@@ -71,8 +78,9 @@ def source_properties(settings: Settings) -> dict[str, str]:
     return props
 
 
-def build_source(settings: Settings):
-    """A KafkaSource emitting Row(topic, partition, offset, timestamp, key, value)."""
+def build_source(settings: Settings, uses: tuple[str, ...] | list[str] = ()):
+    """A KafkaSource emitting Row(topic, partition, offset, timestamp, key, value); `uses`
+    as the job module's USES (it sizes polls)."""
     from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
     from pyflink.java_gateway import get_gateway
 
@@ -89,7 +97,7 @@ def build_source(settings: Settings):
     builder.set_starting_offsets(starting_offsets(settings))
     if src.bounded:
         builder.set_bounded(KafkaOffsetsInitializer.latest())
-    builder.set_properties(source_properties(settings))
+    builder.set_properties(source_properties(settings, uses))
     builder.set_client_id_prefix(f"{settings.job.name}-source")
     set_record_deserializer(builder, get_gateway().jvm.pipelines.flink.OriginRecordDeserializer())
     return builder.build()

@@ -184,7 +184,7 @@ def job_main(job: str, build, argv: list[str]) -> None:
         from pipelines.environment import create_environment
 
         print(f"job {job} from {Path(__file__).resolve().parent}", flush=True)
-        env = create_environment(loaded.settings)
+        env = create_environment(loaded.settings, uses=getattr(load_job(job), "USES", ()))
         build(env, loaded.settings)
         result = env.execute(job)
         print(f"job {job} finished: {result.get_job_id()}")
@@ -379,7 +379,7 @@ def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
     extra = {"rest.bind-port": "0", "rest.address": "127.0.0.1",
              "rest.bind-address": "127.0.0.1",
              "metrics.fetcher.update-interval": "2 s", **(extra_conf or {})}
-    env = create_environment(loaded.settings, extra)
+    env = create_environment(loaded.settings, extra, uses=getattr(module, "USES", ()))
     module.build(env, loaded.settings)
     client = env.execute_async(job)
     state["client"] = client

@@ -26,7 +26,7 @@ def build(env, settings: Settings) -> None:
     from pipelines.parse import make_parse_function
     from pipelines.settings import EnrichmentOperator
 
-    raw = env.from_source(build_source(settings), WatermarkStrategy.no_watermarks(),
+    raw = env.from_source(build_source(settings, USES), WatermarkStrategy.no_watermarks(),
                           "kafka-source", type_info=origin_type_info()).uid("kafka-source")
     cfg = settings.enrichment
     batched = cfg.operator is EnrichmentOperator.BATCHED
