@@ -115,13 +115,15 @@ def stuck_enrichment(kafka, names, enrichment_service, tmp_path):
     """The enrich job with lookups that hang for a minute: no barrier can pass the async
     stage, so neither a checkpoint nor a savepoint can complete."""
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
-    produce(kafka, names("in"), demo_values(20_000))
+    # At most capacity / latency = 5 / 5 ms = 1,000 records/s: far from done when the
+    # service hangs, on any machine.
+    produce(kafka, names("in"), demo_values(50_000))
     enrichment_service.configure(latency_ms=5)
     args = ["enrich", *topic_args(kafka, names, dead_letters=True),
             "--set", f"enrichment.url={enrichment_service.url}",
             "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
             "--set", f"checkpoint.savepoints=file://{tmp_path}/savepoints",
-            "--set", "checkpoint.interval=1s", "--set", "enrichment.capacity=20",
+            "--set", "checkpoint.interval=1s", "--set", "enrichment.capacity=5",
             "--set", "enrichment.timeout=2min", "--set", "enrichment.retries=0",
             "--savepoint-on-stop"]
 
@@ -170,4 +172,32 @@ def test_harness_kill_tree_ends_a_run_whatever_it_is_doing(passthrough):
     job.wait_for(r"records in [1-9]", 120)
     tree = job.tree()
     kill_tree(job.proc.pid)
+    _assert_nothing_left(tree, job.output)
+
+
+@pytest.mark.parametrize("ending", ["finished", "failed"])
+def test_a_run_that_ends_by_itself_leaves_nothing(kafka, names, tmp_path, ending):
+    """Normal end (a bounded job) and failure (group offsets with fallback `fail` and no
+    committed offset: the source fails, the job with it)."""
+    create_topics(kafka, {names("in"): 3, names("out"): 3})
+    produce(kafka, names("in"), demo_values(300))
+    args = ["passthrough", *topic_args(kafka, names), "--set", "source.bounded=true",
+            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints"]
+    if ending == "failed":
+        args += ["--set", "source.start.mode=group-offsets", "--set", "source.start.fallback=fail",
+                 "--set", "restart.strategy=none"]
+    job = RunningJob(*args)
+    job.wait_for(r"submitted to the local mini-cluster", 120)
+    tree = job.tree()
+    deadline = time.monotonic() + 20
+    while "python-worker" not in _kinds(tree) and job.proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+        tree.update(job.tree())
+    assert "jvm" in _kinds(tree), tree
+    code = job.wait(timeout=180)
+    if ending == "finished":
+        assert code == 0 and "job passthrough finished" in job.output, job.output
+    else:
+        assert code == 2 and "error: job passthrough failed:" in job.output, job.output
     _assert_nothing_left(tree, job.output)
