@@ -16,6 +16,8 @@ from tests.support import (  # noqa: F401
     become_subreaper,
     end_all_started,
     job_env,
+    kill_tree,
+    orphaned_flink_processes,
     run_cli,
     topic_args,
 )
@@ -32,6 +34,13 @@ def pytest_sessionfinish(session, exitstatus):
     _OWNED_GATEWAY.__exit__(None, None, None)
     disconnect_gateway()
     _SESSION_GROUPS.end()
+    orphans = orphaned_flink_processes()
+    if orphans:
+        for pid in orphans:
+            kill_tree(pid)
+        print("\n[harness] Flink processes of this checkout outlived their parents "
+              "(ended now; a leak to fix):\n  " + "\n  ".join(orphans.values()))
+        session.exitstatus = 1
 
 
 def _docker_answers() -> bool:

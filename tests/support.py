@@ -134,6 +134,22 @@ def kill_tree(pid: int) -> None:
             return
 
 
+def orphaned_flink_processes() -> dict[int, str]:
+    """Flink Python workers and gateway JVMs of this checkout whose parent is gone
+    (re-parented to PID 1 or to this test session): what leaked. A cluster's daemons are
+    not counted: a developer's own `make cluster-up` cluster looks just like that."""
+    me = os.getpid()
+    markers = ("pyflink-udf-runner", "beam_boot", "PythonGatewayServer")
+    out = {}
+    for pid, fields in proc_stats().items():
+        if fields[0] == "Z" or int(fields[1]) not in (1, me):
+            continue
+        cmd = _cmdline(pid)
+        if str(ROOT) in cmd and any(marker in cmd for marker in markers):
+            out[pid] = cmd[:200]
+    return out
+
+
 # ------------------------------------------------------------------ the CLI as a user runs it
 
 LIVE: list["Started"] = []

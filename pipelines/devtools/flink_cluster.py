@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from pipelines.processes import end_groups, group_alive
 from pipelines.settings import PROJECT_ROOT
 
 STATE_DIR = Path(os.environ.get("PIPELINES_FLINK_DIR", PROJECT_ROOT / ".local" / "flink"))
@@ -117,10 +118,9 @@ class Cluster:
             log(f"flink    running at {self.url} ({info['slots-total']} slots)")
             return
         self.write_conf()
-        result = subprocess.run([str(flink_home() / "bin" / "start-cluster.sh")],
-                                env=self.environ(), capture_output=True, text=True)
-        if result.returncode != 0:
-            raise ClusterError(f"start-cluster.sh failed: {result.stderr.strip()[-500:]}")
+        code, err = self._start_daemons("start-cluster.sh")
+        if code != 0:
+            raise ClusterError(f"start-cluster.sh failed: {err.strip()[-500:]}")
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             info = self.overview()
@@ -136,11 +136,34 @@ class Cluster:
             log("flink    not running")
             return
         subprocess.run([str(flink_home() / "bin" / "stop-cluster.sh")], env=self.environ(),
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=120)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.overview(0.5):
             time.sleep(0.5)
+        # stop-cluster.sh stops the daemons it has pid files for; a TaskManager's Python
+        # workers outlive a TaskManager that died (they were seen with parent PID 1 long
+        # after the run). Everything the scripts started shares their process groups.
+        if self.groups_file.is_file():
+            groups = [int(g) for g in self.groups_file.read_text().split()]
+            end_groups([g for g in groups if group_alive(g)])
+            self.groups_file.unlink()
         log("flink    stopped")
+
+    @property
+    def groups_file(self) -> Path:
+        return self.conf_dir.parent / "process-groups"
+
+    def _start_daemons(self, script: str, *args: str) -> tuple[int, str]:
+        """Run a Flink start script in a session of its own: the daemons it forks keep that
+        process group, which `down` ends. Returns (exit code, stderr)."""
+        proc = subprocess.Popen([str(flink_home() / "bin" / script), *args], env=self.environ(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        _, err = proc.communicate(timeout=120)
+        self.groups_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.groups_file.open("a") as groups:
+            groups.write(f"{proc.pid}\n")
+        return proc.returncode, err
 
     def status(self) -> str:
         info = self.overview()
@@ -165,8 +188,9 @@ class Cluster:
 
     def start_taskmanager(self, wait_s: float = 60.0) -> None:
         """Start one more TaskManager (e.g. after one was killed)."""
-        subprocess.run([str(flink_home() / "bin" / "taskmanager.sh"), "start"],
-                       env=self.environ(), capture_output=True, text=True, check=True)
+        code, err = self._start_daemons("taskmanager.sh", "start")
+        if code != 0:
+            raise ClusterError(f"taskmanager.sh start failed: {err.strip()[-500:]}")
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             info = self.overview()

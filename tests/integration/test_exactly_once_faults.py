@@ -27,6 +27,7 @@ from pipelines.devtools.topics import (
     produce,
     read_all,
 )
+from pipelines.processes import descendants
 from tests.conftest import CLI, ROOT, run_cli, topic_args
 from tests.integration.helpers import RunningJob
 from tests.support import kill_tree
@@ -156,7 +157,9 @@ def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(kafka, names,
         wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
         pids = flink_cluster.taskmanager_pids()
         assert pids, "no TaskManager process found"
-        for pid in pids:
+        # A TaskManager's container dying: the JVM and the Python workers it started.
+        doomed = set().union(*(descendants(pid) for pid in pids))
+        for pid in doomed:
             os.kill(pid, signal.SIGKILL)
         killed_at = progress(kafka, names)
         enrichment_service.configure(latency_ms=5)
