@@ -140,9 +140,16 @@ def orphaned_flink_processes() -> dict[int, str]:
     not counted: a developer's own `make cluster-up` cluster looks just like that."""
     me = os.getpid()
     markers = ("pyflink-udf-runner", "beam_boot", "PythonGatewayServer")
+    stats = proc_stats()
+
+    def leader_gone(pgid: int) -> bool:
+        return pgid not in stats or stats[pgid][0] == "Z"
+
     out = {}
-    for pid, fields in proc_stats().items():
-        if fields[0] == "Z" or int(fields[1]) not in (1, me):
+    for pid, fields in stats.items():
+        # Re-parented (to PID 1, or to this session as subreaper) and its group's leader (the
+        # JVM or script that started it) gone: an orphan, not a child the session started.
+        if fields[0] == "Z" or int(fields[1]) not in (1, me) or not leader_gone(int(fields[2])):
             continue
         cmd = _cmdline(pid)
         if str(ROOT) in cmd and any(marker in cmd for marker in markers):

@@ -97,7 +97,7 @@ def run_case(bootstrap: str, service: Service, label: str, latency_ms: int, capa
     output = proc.stdout.read()
     if proc.returncode != 0:
         raise RuntimeError(f"{operator} run failed:\n{output[-2000:]}")
-    out = [json.loads(v) for v in read_all(bootstrap, f"{tag}-out", idle_s=2)]
+    out = [json.loads(v) for v in read_all(bootstrap, f"{tag}-out")]
     if len(out) != records:
         raise RuntimeError(f"{operator}: {len(out)} of {records} records came out")
     ins = [r["_timing"]["in"] for r in out]

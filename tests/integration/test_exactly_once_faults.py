@@ -107,7 +107,7 @@ def resume_until_complete(kafka, names, *args: str) -> RunningJob:
     """
     resumed = RunningJob(*args)
     try:
-        wait_until(lambda: len(read_all(kafka, names("out"), idle_s=1)) >= N
+        wait_until(lambda: len(read_all(kafka, names("out"))) >= N
                    or resumed.proc.poll() is not None, 240, "all output committed", every=2)
     finally:
         code = resumed.interrupt()

@@ -65,7 +65,7 @@ def job_args(kafka, names, *extra):
 
 
 def window_counts(kafka, names) -> dict[tuple[str, int], int]:
-    out = [json.loads(v) for v in read_all(kafka, names("out"), idle_s=1)]
+    out = [json.loads(v) for v in read_all(kafka, names("out"))]
     counts = {(r["key"], r["window_start"]): r["count"] for r in out}
     assert len(counts) == len(out), "a window was emitted twice"
     return counts
@@ -101,7 +101,7 @@ def test_windows_close_when_two_partitions_go_idle(kafka, names):
         deadline = time.monotonic() + 30
         late = []
         while time.monotonic() < deadline and not late:
-            late = [json.loads(v) for v in read_all(kafka, names("late"), idle_s=1)]
+            late = [json.loads(v) for v in read_all(kafka, names("late"))]
             time.sleep(0.5)
         assert [(r["key"], r["event_time"]) for r in late] == [("late-key", BASE + 1234)]
         assert window_counts(kafka, names) == expected  # the late record changed no count

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -17,18 +18,34 @@ pytestmark = pytest.mark.unit
 def test_an_orphaned_worker_of_this_checkout_is_found():
     # A stand-in named like a Flink Python worker of this checkout, whose parent exits at
     # once: it is re-parented to the test session (a subreaper), as a leaked worker is.
-    subprocess.run(["bash", "-c", f'(exec -a "beam_boot {ROOT}" sleep 60) &'], check=True)
+    name = f"beam_boot {ROOT} harness-test-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["bash", "-c", f'(exec -a "{name}" sleep 60) &'], check=True,
+                   start_new_session=True)
+
+    def mine() -> dict[int, str]:
+        return {pid: cmd for pid, cmd in orphaned_flink_processes().items() if name in cmd}
+
     deadline = time.monotonic() + 10
-    found = {}
+    found: dict[int, str] = {}
     while not found and time.monotonic() < deadline:
-        found = orphaned_flink_processes()
+        found = mine()
         time.sleep(0.1)
     try:
-        assert len(found) == 1 and f"beam_boot {ROOT}" in next(iter(found.values()))
+        assert len(found) == 1
     finally:
         for pid in found:
-            subprocess.run(["kill", "-9", str(pid)])
-    time.sleep(0.2)
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while mine() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert mine() == {}
+
+
+def test_children_the_session_started_are_not_orphans():
+    """This session's own gateway JVM (its parent is this process) is not a leak."""
+    from pyflink.java_gateway import get_gateway
+
+    assert get_gateway().jvm.java.lang.System.currentTimeMillis() > 0
     assert orphaned_flink_processes() == {}
 
 
