@@ -256,8 +256,8 @@ def worst_case_ms(cfg: EnrichmentSettings) -> int:
     return (cfg.retries + 1) * cfg.timeout + backoffs
 
 
-def _enricher(settings: Settings) -> RecordEnricher:
-    return RecordEnricher(make_client(settings.enrichment), settings.enrichment,
+def _enricher(settings: Settings, client: EnrichmentClient | None = None) -> RecordEnricher:
+    return RecordEnricher(client or make_client(settings.enrichment), settings.enrichment,
                           settings.job.name, settings.parse.origin_field, settings.errors,
                           settings.sink.max_record_bytes(settings.kafka))
 
@@ -313,10 +313,8 @@ def make_sync_function(settings: Settings):
     class EnrichSync(MapFunction):
         def open(self, runtime_context):
             self.loop = asyncio.new_event_loop()
-            self.enricher = RecordEnricher(
-                HttpEnrichmentClient(settings.enrichment.url, settings.enrichment.timeout, 1),
-                settings.enrichment, settings.job.name, settings.parse.origin_field,
-                settings.errors, settings.sink.max_record_bytes(settings.kafka))
+            self.enricher = _enricher(settings, HttpEnrichmentClient(
+                settings.enrichment.url, settings.enrichment.timeout, 1))
             self.enricher.stats.register(runtime_context)
 
         def map(self, value: str) -> str:

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from pipelines.processes import proc_stats
+from pipelines.processes import descendants, proc_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -60,16 +60,8 @@ def _cmdline(pid: int) -> str:
 def process_tree(pid: int) -> dict[int, tuple[str, str]]:
     """Everything a run started: `pid`'s descendants, the members of their process groups
     and sessions (orphans keep those), as {pid: (start time, command line)}."""
+    found = descendants(pid)
     stats = proc_stats()
-    children: dict[int, list[int]] = {}
-    for child, fields in stats.items():
-        children.setdefault(int(fields[1]), []).append(child)
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        if current not in found:
-            found.add(current)
-            todo.extend(children.get(current, ()))
     groups = {int(stats[p][2]) for p in found if p in stats}
     sessions = {int(stats[p][3]) for p in found if p in stats} - {os.getsid(0)}
     found |= {p for p, f in stats.items() if int(f[2]) in groups or int(f[3]) in sessions}
