@@ -10,7 +10,8 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
-        enrichment-up enrichment-down demo run test test-unit test-integration bench lint clean
+        enrichment-up enrichment-down demo run test test-unit test-integration bench bench-quick \
+        bench-operators lint clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -65,7 +66,13 @@ test-unit: venv ## unit tests only (no broker, no cluster)
 test-integration: venv jars kafka-up ## integration tests only
 	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
 
-bench: venv jars kafka-up ## enrichment benchmark: table, JSON and PNG under bench/results
+bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON, PNG in bench/results
+	$(PY) -m bench.compare
+
+bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records and cases
+	$(PY) -m bench.compare --quick
+
+bench-operators: venv jars kafka-up ## the enrichment operators (sync, async, batched) side by side
 	$(PY) -m pipelines.devtools.bench
 
 lint: venv ## pyflakes-level checks (ruff)

@@ -24,10 +24,10 @@ shown in the progress line and the Flink UI.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Protocol
 
+from pipelines import jsontext
 from pipelines.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, record_dead_letter
 from pipelines.settings import (
     EnrichmentOperator,
@@ -51,7 +51,7 @@ class PermanentLookupError(EnrichmentFailed):
     """Retrying cannot help: the service says this record cannot be enriched."""
 
 
-DEAD_MARK = "\x00"  # pipelines.flink.MarkedSplit routes elements starting with it
+DEAD_MARK = "\x00"  # pipelines.flink.SplitLines routes lines starting with it
 
 
 class EnrichmentClient(Protocol):
@@ -180,7 +180,7 @@ class EnrichStats:
 
 class RecordEnricher:
     """One record through lookup, retries and the failure policy, to the text that goes
-    out: the enriched record, or a dead letter marked for MarkedSplit."""
+    out: the enriched record, or a dead letter marked for SplitLines."""
 
     def __init__(self, client: EnrichmentClient, cfg: EnrichmentSettings, job: str,
                  origin_field: str | None, errors: ErrorSettings, max_record_bytes: int):
@@ -208,7 +208,7 @@ class RecordEnricher:
         self.budget.ok()
         if self.cfg.trace_timing and "_timing" in out:
             out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
-        text = json.dumps(out, sort_keys=True)
+        text = jsontext.dumps(out)
         if len(text) > self.max_record_bytes - DEAD_LETTER_OVERHEAD:
             return self._dead(record, f"the enriched record ({len(text)} bytes) is over what "
                                       f"the sink may write ({self.max_record_bytes} bytes)")
@@ -275,24 +275,26 @@ def make_async_function(settings: Settings):
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
-            return [await self.enricher.one(json.loads(value))]
+            return [await self.enricher.one(jsontext.loads(value))]
 
         def timeout(self, value: str):
             # Only reached if the record overruns its own bound: treat like any failure.
             if cfg.on_failure is OnFailure.FAIL:
                 raise EnrichmentFailed(f"enrichment overran {worst_case_ms(cfg)} ms")
-            record = json.loads(value)
+            record = jsontext.loads(value)
             if cfg.on_failure is OnFailure.DEAD_LETTER:
                 return [self.enricher._dead(record, "enrichment overran its overall timeout")]
-            return [json.dumps({**record, "enrichment": None,
-                                "enrichment_error": "overall timeout"}, sort_keys=True)]
+            return [jsontext.dumps({**record, "enrichment": None,
+                                    "enrichment_error": "overall timeout"})]
 
     return Enrich()
 
 
 def make_batch_async_function(settings: Settings):
-    """An AsyncFunction over JSON lists of records: one Python element per batch, every
-    record of the batch looked up concurrently, each with its own timeout and retries."""
+    """An AsyncFunction over batches (one JSON record per line, as the batched parse writes
+    them): every record of a batch looked up concurrently, each with its own timeout and
+    retries, and the batch's results sent back as one element, one per line, dead letters
+    marked (pipelines.flink.SplitLines takes them apart in the JVM)."""
     from pyflink.datastream.functions import AsyncFunction
 
     class EnrichBatch(AsyncFunction):
@@ -301,7 +303,8 @@ def make_batch_async_function(settings: Settings):
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
-            return list(await asyncio.gather(*(self.enricher.one(r) for r in json.loads(value))))
+            records = [jsontext.loads(line) for line in value.split("\n")]
+            return ["\n".join(await asyncio.gather(*map(self.enricher.one, records)))]
 
     return EnrichBatch()
 
@@ -318,7 +321,7 @@ def make_sync_function(settings: Settings):
             self.enricher.stats.register(runtime_context)
 
         def map(self, value: str) -> str:
-            return self.loop.run_until_complete(self.enricher.one(json.loads(value)))
+            return self.loop.run_until_complete(self.enricher.one(jsontext.loads(value)))
 
         def close(self):
             self.loop.run_until_complete(self.enricher.client.close())
@@ -327,27 +330,13 @@ def make_sync_function(settings: Settings):
     return EnrichSync()
 
 
-def batch_records(stream, cfg: EnrichmentSettings):
-    """Insert the Java RecordBatcher (jars/src): rows -> lists of up to batch_size rows,
-    flushed after batch_delay and before every checkpoint barrier."""
-    from pyflink.java_gateway import get_gateway
-
-    from pipelines.flink_compat import java_stream, python_stream
-
-    batcher = get_gateway().jvm.pipelines.flink.RecordBatcher
-    j_stream = java_stream(stream)
-    j_batched = j_stream.transform("batch", batcher.outputType(j_stream.getType()),
-                                   batcher(cfg.effective_batch_size(), cfg.batch_delay))
-    return python_stream(j_batched)
-
-
 def apply_enrichment(stream, settings: Settings):
     """Wire the enrichment stage into the stream the parse step produced.
     Returns (enriched records, dead letters), both streams of JSON text."""
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
 
-    from pipelines.flink_compat import split_marked
+    from pipelines.flink_compat import split_lines
 
     cfg = settings.enrichment
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
@@ -363,6 +352,6 @@ def apply_enrichment(stream, settings: Settings):
         out = wait(stream, make_batch_async_function(settings), Time.milliseconds(0),
                    cfg.elements_in_flight(), Types.STRING())
     out = out.name("enrich").uid("enrich")
-    records = split_marked(out, keep_marked=False).name("enriched").uid("enriched")
-    dead = split_marked(out, keep_marked=True).name("enrich-dead-letters").uid("enrich-dead-letters")
+    records = split_lines(out, keep_marked=False).name("enriched").uid("enriched")
+    dead = split_lines(out, keep_marked=True).name("enrich-dead-letters").uid("enrich-dead-letters")
     return records, dead

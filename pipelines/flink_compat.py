@@ -150,14 +150,24 @@ def python_stream(j_stream):
     return DataStream(j_stream)
 
 
-def split_marked(stream, keep_marked: bool):
-    """Elements that start (keep_marked) or do not start with U+0000, the mark stripped:
-    pipelines.flink.MarkedSplit, run in the JVM."""
+def split_lines(stream, keep_marked: bool):
+    """A batched Python stage's output back as records: each element split at newlines,
+    keeping the lines that start (keep_marked) or do not start with U+0000, the mark
+    stripped. pipelines.flink.SplitLines, run in the JVM."""
     from pyflink.common import Types
     from pyflink.java_gateway import get_gateway
 
-    split = get_gateway().jvm.pipelines.flink.MarkedSplit(keep_marked)
+    split = get_gateway().jvm.pipelines.flink.SplitLines(keep_marked)
     return python_stream(java_stream(stream).flatMap(split, Types.STRING().get_java_type_info()))
+
+
+def set_java_record_serializer(builder, j_serializer):
+    """KafkaSinkBuilder.setRecordSerializer with a Java KafkaRecordSerializationSchema.
+    PyFlink 2.2's set_record_serializer reads a `topicSelector` field that only the
+    connector's own builder-made schema has, so this goes to the Java builder
+    (`_j_builder`) directly."""
+    builder._j_builder.setRecordSerializer(j_serializer)
+    return builder
 
 
 # Metric names: Flink 2.2 names a source's operator metrics `Source__<name>.<metric>` and a

@@ -110,24 +110,13 @@ _GUARANTEES = {
 }
 
 
-def build_sink(settings: Settings, topic: str | None = None, id_suffix: str = ""):
-    """A KafkaSink of strings to `topic` (the configured sink topic by default).
-
-    Each sink in a job needs its own transactional id prefix: `id_suffix` derives one for
-    side outputs (dead letters, late records) from the configured prefix.
-    """
-    from pyflink.common.serialization import SimpleStringSchema
+def _sink_builder(settings: Settings, id_suffix: str):
     from pyflink.datastream.connectors.base import DeliveryGuarantee as FlinkGuarantee
-    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
+    from pyflink.datastream.connectors.kafka import KafkaSink
 
     sink: SinkSettings = settings.sink
-    serializer = (KafkaRecordSerializationSchema.builder()
-                  .set_topic(topic or sink.topic)
-                  .set_value_serialization_schema(SimpleStringSchema())
-                  .build())
     builder = (KafkaSink.builder()
                .set_bootstrap_servers(settings.kafka.bootstrap_servers)
-               .set_record_serializer(serializer)
                .set_delivery_guarantee(getattr(FlinkGuarantee, _GUARANTEES[sink.delivery])))
     if sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         builder.set_transactional_id_prefix(f"{sink.transactional_id_prefix}{id_suffix}")
@@ -135,4 +124,31 @@ def build_sink(settings: Settings, topic: str | None = None, id_suffix: str = ""
     for key, value in settings.kafka.client_properties().items():
         builder.set_property(key, value)
     builder.set_property("client.id", f"{settings.job.name}-sink{id_suffix}")
-    return builder.build()
+    return builder
+
+
+def build_sink(settings: Settings, topic: str | None = None, id_suffix: str = ""):
+    """A KafkaSink of strings to `topic` (the configured sink topic by default).
+
+    Each sink in a job needs its own transactional id prefix: `id_suffix` derives one for
+    side outputs (dead letters, late records) from the configured prefix.
+    """
+    from pyflink.common.serialization import SimpleStringSchema
+    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema
+
+    serializer = (KafkaRecordSerializationSchema.builder()
+                  .set_topic(topic or settings.sink.topic)
+                  .set_value_serialization_schema(SimpleStringSchema())
+                  .build())
+    return _sink_builder(settings, id_suffix).set_record_serializer(serializer).build()
+
+
+def build_raw_sink(settings: Settings):
+    """A KafkaSink of the source's rows, written back as they were read: key, value and
+    timestamp byte for byte (pipelines.flink.RawRecordSerializer), all in the JVM."""
+    from pyflink.java_gateway import get_gateway
+
+    from pipelines.flink_compat import set_java_record_serializer
+
+    serializer = get_gateway().jvm.pipelines.flink.RawRecordSerializer(settings.sink.topic)
+    return set_java_record_serializer(_sink_builder(settings, ""), serializer).build()

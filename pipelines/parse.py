@@ -19,6 +19,7 @@ import os
 import time
 from pathlib import Path
 
+from pipelines import jsontext
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
 
 DEAD_LETTER_TAG = "dead-letters"
@@ -66,6 +67,17 @@ def parse_value(value: bytes | None, required: dict[str, FieldType] | list[str],
     if value is None:
         return None, "empty record (null value)"
     try:
+        record = jsontext.loads_fast(value if isinstance(value, bytes) else bytes(value))
+    except jsontext.DecodeError:
+        record, reason = _parse_slowly(value)
+        if reason is not None:
+            return None, reason
+    return check_record(record, required, event_time_field, origin_field)
+
+
+def _parse_slowly(value: bytes) -> tuple[object, str | None]:
+    """The standard library's verdict (and reason) on what orjson refused."""
+    try:
         text = bytes(value).decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, f"not UTF-8: {exc.reason} at byte {exc.start}"
@@ -77,6 +89,13 @@ def parse_value(value: bytes | None, required: dict[str, FieldType] | list[str],
         return None, "not parseable: JSON nested deeper than the parser's recursion limit"
     except ValueError as exc:  # NaN/Infinity, integers longer than Python converts
         return None, f"not parseable: {str(exc)[:REASON_CHARS]}"
+    return record, None
+
+
+def check_record(record, required: dict[str, FieldType] | list[str],
+                 event_time_field: str | None = None,
+                 origin_field: str | None = None) -> tuple[dict | None, str | None]:
+    """A parsed value against the rules: (record, None) when valid, else (None, reason)."""
     if not isinstance(record, dict):
         return None, f"not a JSON object: {type(record).__name__}"
     if isinstance(required, list):
@@ -191,8 +210,8 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
                         extra_required: dict[str, FieldType] | None = None):
     """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
 
-    With `batched`, each input element is a list of rows and each output element is a JSON
-    list of the valid records among them (bad ones still go out one by one).
+    With `batched`, each input element is a list of rows and each output element is the
+    valid records among them, one JSON text per line (bad ones still go out one by one).
     """
     from pyflink.common import Types
     from pyflink.datastream import OutputTag
@@ -224,7 +243,7 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
                                                 "offset": row.offset, "timestamp": row.timestamp}
                     if trace_timing:
                         record["_timing"] = {"in": time.time() * 1000}
-                    text = json.dumps(record, sort_keys=True)
+                    text = jsontext.dumps(record)
             except InjectedFault:
                 raise
             except Exception as exc:  # noqa: BLE001 - one record's surprise is not the job's
@@ -244,7 +263,7 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
                 if bad is not None:
                     yield tag, bad
             if batched and good:
-                yield "[" + ",".join(good) + "]"
+                yield "\n".join(good)  # pipelines.flink.SplitLines takes it apart
             elif good:
                 yield good[0]
 

@@ -413,8 +413,12 @@ class PythonSettings(_Model):
 
     bundle_size: int | None = Field(default=None, ge=1)  # null: enrichment.capacity
     bundle_time: int = 1_000
+    # Jobs without enrichment: records per batch a Python stage receives (enrichment's own
+    # batch_size applies behind lookups). One crossing per batch, not per record.
+    batch_size: int = Field(default=500, ge=1)
+    batch_delay: int = 20  # longest a partial batch waits before it is sent on
 
-    _dur = _duration_fields("bundle_time")
+    _dur = _duration_fields("bundle_time", "batch_delay")
 
 
 class WatermarkSettings(_Model):
@@ -451,6 +455,9 @@ class ParseSettings(_Model):
     # that already has a field of this name goes to dead letters rather than lose it.
     # null: add no origin block.
     origin_field: str | None = "_origin"
+    # passthrough only (the other jobs always parse): false copies bytes in the JVM; true
+    # parses and checks each record, bad ones to dead letters.
+    validate_records: bool = False
 
     @field_validator("required_fields", mode="before")
     @classmethod

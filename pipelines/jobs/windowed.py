@@ -20,7 +20,7 @@ def build(env, settings: Settings) -> None:
     from pyflink.datastream.window import TumblingEventTimeWindows
 
     from pipelines.kafka import build_sink, build_source, origin_type_info
-    from pipelines.parse import make_parse_function
+    from pipelines.stages import parse_in_batches, records
     from pipelines.watermarks import watermark_strategy
 
     for key, value in (("sink.dead_letter_topic", settings.sink.dead_letter_topic),
@@ -35,12 +35,10 @@ def build(env, settings: Settings) -> None:
                           "kafka-source", type_info=origin_type_info()).uid("kafka-source")
     # The window key is checked here, where a bad record can still go to dead letters:
     # key_by below then never meets a record without a usable key.
-    parse_fn, dead_letters_tag = make_parse_function(
-        settings.parse, settings.faults, settings.job.name, event_time_field=time_field,
-        errors=settings.errors, extra_required={key_field: FieldType.ANY},
-        dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka))
-    parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
-    timed = (parsed.assign_timestamps_and_watermarks(watermark_strategy(wm))
+    batches, dead = parse_in_batches(raw, settings, settings.python.batch_size,
+                                     settings.python.batch_delay, event_time_field=time_field,
+                                     extra_required={key_field: FieldType.ANY})
+    timed = (records(batches).assign_timestamps_and_watermarks(watermark_strategy(wm))
              .name("event-time").uid("event-time"))
 
     class CountWindow(ProcessWindowFunction):
@@ -64,7 +62,7 @@ def build(env, settings: Settings) -> None:
      .name("late-record").uid("late-record")
      .sink_to(build_sink(settings, win.late_topic, id_suffix="-late"))
      .name("late-sink").uid("late-sink"))
-    (parsed.get_side_output(dead_letters_tag)
+    (dead
      .sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
      .name("dead-letter-sink").uid("dead-letter-sink"))
 

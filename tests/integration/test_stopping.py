@@ -27,9 +27,11 @@ STOP_LIMIT_S = 30
 
 @pytest.fixture
 def passthrough(kafka, names, tmp_path):
-    create_topics(kafka, {names("in"): 3, names("out"): 3})
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(500))
-    return ["passthrough", *topic_args(kafka, names),
+    # Validating, so that the run has Python workers (a plain copy stays in the JVM).
+    return ["passthrough", *topic_args(kafka, names, dead_letters=True),
+            "--set", "parse.validate_records=true",
             "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
             "--set", "checkpoint.interval=1s"]
 
@@ -179,9 +181,10 @@ def test_harness_kill_tree_ends_a_run_whatever_it_is_doing(passthrough):
 def test_a_run_that_ends_by_itself_leaves_nothing(kafka, names, tmp_path, ending):
     """Normal end (a bounded job) and failure (group offsets with fallback `fail` and no
     committed offset: the source fails, the job with it)."""
-    create_topics(kafka, {names("in"): 3, names("out"): 3})
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(300))
-    args = ["passthrough", *topic_args(kafka, names), "--set", "source.bounded=true",
+    args = ["passthrough", *topic_args(kafka, names, dead_letters=True),
+            "--set", "parse.validate_records=true", "--set", "source.bounded=true",
             "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints"]
     if ending == "failed":
         args += ["--set", "source.start.mode=group-offsets", "--set", "source.start.fallback=fail",

@@ -66,14 +66,55 @@ def test_the_java_members_it_calls_exist():
     assert jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL is not None
 
 
-def test_project_java_operators_load_and_split_marked_elements(env):
+def test_project_java_operators_load_and_split_lines_is_typed(env):
     from pyflink.common import Types
 
-    for name in ("MarkedSplit", "RecordBatcher", "OriginRecordDeserializer"):
+    for name in ("SplitLines", "RecordBatcher", "OriginRecordDeserializer", "RawRecordSerializer"):
         assert _java_class(f"pipelines.flink.{name}") is not None
     stream = env.from_collection(["\x00dead", "alive"], type_info=Types.STRING())
-    kept = flink_compat.split_marked(stream, keep_marked=True)
+    kept = flink_compat.split_lines(stream, keep_marked=True)
     assert flink_compat.java_stream(kept).getType().toString() == "String"
+
+
+def _split(batch: str, keep_marked: bool) -> list[str]:
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    out = jvm.java.util.ArrayList()
+    jvm.pipelines.flink.SplitLines(keep_marked).flatMap(
+        batch, jvm.org.apache.flink.api.common.functions.util.ListCollector(out))
+    return list(out)
+
+
+def test_split_lines_routes_marked_lines_and_strips_the_mark(env):
+    batch = '{"id":1}\n\x00{"error":"x"}\n{"id":2}\n\n\x00{"error":"y"}'
+    assert _split(batch, keep_marked=False) == ['{"id":1}', '{"id":2}']
+    assert _split(batch, keep_marked=True) == ['{"error":"x"}', '{"error":"y"}']
+    assert _split('{"only":1}', keep_marked=False) == ['{"only":1}']
+    assert _split("", keep_marked=False) == []
+
+
+def test_raw_record_serializer_writes_key_value_and_timestamp_unchanged(env):
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    jvm = gateway.jvm
+
+    def row(*fields):
+        array = gateway.new_array(jvm.java.lang.Object, len(fields))
+        for i, field in enumerate(fields):
+            array[i] = field
+        return jvm.org.apache.flink.types.Row.of(array)
+
+    key, value = bytearray(b"k\xff"), bytearray(b"\x00\xfe not utf-8")
+    serializer = jvm.pipelines.flink.RawRecordSerializer("out")
+    record = serializer.serialize(row("in", 2, 7, 1_700_000_000_123, key, value),
+                                  None, None)
+    assert (record.topic(), bytes(record.key()), bytes(record.value()), record.timestamp()) == (
+        "out", b"k\xff", b"\x00\xfe not utf-8", 1_700_000_000_123)
+    assert record.partition() is None
+    tombstone = serializer.serialize(row("in", 0, 1, 5, None, None), None, None)
+    assert tombstone.key() is None and tombstone.value() is None
 
 
 def test_gateway_starts_in_a_group_the_owner_ends():

@@ -6,6 +6,7 @@ import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.java.typeutils.ListTypeInfo;
 import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.api.watermark.Watermark;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.api.common.operators.ProcessingTimeService.ProcessingTimeCallback;
 import org.apache.flink.types.Row;
@@ -18,7 +19,8 @@ import org.apache.flink.types.Row;
  * <p>It holds no state across checkpoints: the open batch is emitted before every
  * checkpoint barrier ({@link #prepareSnapshotPreBarrier}), and at the latest after
  * {@code maxDelayMs} by a processing-time timer, so exactly-once is untouched and a quiet
- * stream adds at most {@code maxDelayMs} of latency.
+ * stream adds at most {@code maxDelayMs} of latency. It is also emitted before every
+ * watermark, so no record falls behind a watermark it came before.
  */
 public final class RecordBatcher extends AbstractStreamOperator<List<Row>>
         implements OneInputStreamOperator<Row, List<Row>>, ProcessingTimeCallback {
@@ -61,6 +63,13 @@ public final class RecordBatcher extends AbstractStreamOperator<List<Row>>
     public void onProcessingTime(long timestamp) throws Exception {
         timerPending = false;
         flush();
+    }
+
+    /** Records before a watermark stay before it: a batch held past one would be late. */
+    @Override
+    public void processWatermark(Watermark mark) throws Exception {
+        flush();
+        super.processWatermark(mark);
     }
 
     @Override

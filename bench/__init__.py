@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench` (compare.py, the project against its peers) and their results."""
