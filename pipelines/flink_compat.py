@@ -170,6 +170,32 @@ def set_java_record_serializer(builder, j_serializer):
     return builder
 
 
+def window_counts_in_jvm(stream, j_watermark_strategy, key_field: str, time_field: str,
+                         size_ms: int, lateness_ms: int):
+    """Event time, key, tumbling window and count, all in the JVM (pipelines.flink:
+    JsonFieldKey, CountPerWindow, LateRecord) over JSON records the parse stage accepted.
+    Returns (the stream after event time, counts, late records wrapped with the reason).
+
+    PyFlink would run a Python call per record for the key selector and the window function;
+    neither needs Python."""
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    duration = jvm.java.time.Duration.ofMillis
+    project = jvm.pipelines.flink
+    timed = java_stream(stream).assignTimestampsAndWatermarks(j_watermark_strategy)
+    string_type = jvm.org.apache.flink.api.common.typeinfo.Types.STRING
+    late_tag = jvm.org.apache.flink.util.OutputTag("late-records", string_type)
+    windows = jvm.org.apache.flink.streaming.api.windowing.assigners.TumblingEventTimeWindows
+    counts = (timed.keyBy(project.JsonFieldKey(key_field))
+              .window(windows.of(duration(size_ms)))
+              .allowedLateness(duration(lateness_ms))
+              .sideOutputLateData(late_tag)
+              .process(project.CountPerWindow()))
+    late = counts.getSideOutput(late_tag).map(project.LateRecord(key_field, time_field))
+    return python_stream(timed), python_stream(counts), python_stream(late)
+
+
 # Metric names: Flink 2.2 names a source's operator metrics `Source__<name>.<metric>` and a
 # sink writer's `<name>__Writer.<metric>`; the project's own gauges (parse, enrich) are
 # `<operator name>.<gauge>`.

@@ -24,17 +24,26 @@ def dumps(obj) -> str:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# orjson turns integers wider than 64 bits into floats (digits lost) instead of refusing:
-# text with 19 digits in a row, in a number or not, goes to the standard library.
+# orjson turns integers wider than 64 bits into floats (digits lost) instead of refusing. A
+# value holding no float cannot have lost any; otherwise text with 19 digits in a row (in a
+# number or not) goes to the standard library.
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_NOT_FLAT = (float, dict, list)
 
 
 def loads_fast(data: bytes):
     """orjson.loads: raises DecodeError for anything it does not take exactly (the caller
     then asks the standard library, which gives the reason)."""
+    value = orjson.loads(data)
+    if type(value) is dict:
+        for item in value.values():
+            if type(item) in _NOT_FLAT:
+                break
+        else:
+            return value  # a flat record without floats: nothing was widened
     if _LONG_DIGITS.search(data):
         raise DecodeError("long digit run: left to the standard library", "", 0)
-    return orjson.loads(data)
+    return value
 
 
 def loads(text: str | bytes):

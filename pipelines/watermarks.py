@@ -2,31 +2,26 @@
 
 The watermark downstream of parallel subtasks is the minimum over them; a subtask whose
 partitions go quiet holds every window open (FLINK-5479) unless it declares itself idle.
-Two PyFlink facts shape this module: `with_idleness` returns a new strategy *without*
-the timestamp assigner, so the assigner is set last; and `from_source` ignores a Python
-timestamp assigner, so jobs apply this with `assign_timestamps_and_watermarks` after the
-source.
+The strategy is Flink's own, built in the JVM, with the record's event time read by
+pipelines.flink.JsonEventTime: a Python timestamp assigner would cost a Python call per
+record. The assigner is set last (a strategy derived after it could drop it, as PyFlink's
+`with_idleness` does), and the strategy is applied after the parse stage, which has
+dead-lettered every record without a usable event time.
 """
 
 from __future__ import annotations
-
-import json
 
 from pipelines.settings import WatermarkSettings
 
 
 def watermark_strategy(cfg: WatermarkSettings):
-    from pyflink.common import Duration
-    from pyflink.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
+    """A Java WatermarkStrategy<String> over JSON records."""
+    from pyflink.java_gateway import get_gateway
 
-    field = cfg.event_time_field
-
-    class EventTime(TimestampAssigner):
-        def extract_timestamp(self, value, record_timestamp: int) -> int:
-            return int(json.loads(value)[field])
-
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(
-        Duration.of_millis(cfg.max_out_of_orderness))
+    jvm = get_gateway().jvm
+    duration = jvm.java.time.Duration.ofMillis
+    strategy = jvm.org.apache.flink.api.common.eventtime.WatermarkStrategy \
+        .forBoundedOutOfOrderness(duration(cfg.max_out_of_orderness))
     if cfg.idleness:
-        strategy = strategy.with_idleness(Duration.of_millis(cfg.idleness))
-    return strategy.with_timestamp_assigner(EventTime())  # last: with_idleness drops it
+        strategy = strategy.withIdleness(duration(cfg.idleness))
+    return strategy.withTimestampAssigner(jvm.pipelines.flink.JsonEventTime(cfg.event_time_field))

@@ -21,12 +21,8 @@ def test_written_for_the_pinned_wheel():
 
 
 @pytest.fixture(scope="module", autouse=True)
-def env():
-    """A configured environment: the project's jars are on the gateway's class path."""
-    from pipelines.environment import create_environment
-    from pipelines.settings import load_settings
-
-    return create_environment(load_settings("passthrough", environ={}).settings)
+def env(flink_env):
+    return flink_env
 
 
 def _java_class(name: str):
