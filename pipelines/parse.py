@@ -100,7 +100,11 @@ def check_record(record, required: dict[str, FieldType] | list[str],
         return None, f"not a JSON object: {type(record).__name__}"
     if isinstance(required, list):
         required = {name: FieldType.ANY for name in required}
-    problems = {name: field_problem(record, name, wanted) for name, wanted in required.items()}
+    problems = {}
+    for name, wanted in required.items():
+        why = field_problem(record, name, wanted)
+        if why is not None:
+            problems[name] = why
     missing = [name for name, why in problems.items() if why == "missing"]
     if missing:
         return None, f"missing required field(s): {', '.join(missing)}"
@@ -235,12 +239,13 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
             if faults.fail_after_records and self.seen >= faults.fail_after_records:
                 _maybe_fail(faults, self.subtask)
             try:
-                record, reason = parse_value(row.value, required, event_time_field,
-                                             origin_field)
+                # One unpacking: PyFlink's Row resolves each attribute by name (~0.8 us each).
+                topic, partition, offset, timestamp, _key, value = row
+                record, reason = parse_value(value, required, event_time_field, origin_field)
                 if record is not None:
                     if origin_field:
-                        record[origin_field] = {"topic": row.topic, "partition": row.partition,
-                                                "offset": row.offset, "timestamp": row.timestamp}
+                        record[origin_field] = {"topic": topic, "partition": partition,
+                                                "offset": offset, "timestamp": timestamp}
                     if trace_timing:
                         record["_timing"] = {"in": time.time() * 1000}
                     text = jsontext.dumps(record)
