@@ -120,7 +120,7 @@ def quix_command(case: Case, tag: str, source: str, bootstrap: str, service_url:
 TUNED = {
     "copy-bytes": [],  # nothing to tune: the copy never leaves the JVM
     "copy-json": ["--set", "source.max_poll_records=2000"],
-    "enrich": ["--set", "enrichment.capacity=2000", "--set", "enrichment.batch_size=200"],
+    "enrich": ["--set", "enrichment.capacity=8000"],
 }
 
 

@@ -63,7 +63,7 @@ def test_at_least_once_mode_reaches_the_java_side():
 @pytest.mark.parametrize("job, uses, bundle, poll", [
     ("passthrough", (), "1000", "500"),       # Flink's and Kafka's defaults
     ("windowed", (), "1000", "500"),
-    ("enrich", ("enrichment",), "10", "1000"),  # one round of lookups: 1000 in flight, 100 a batch
+    ("enrich", ("enrichment",), "20", "4000"),  # one round of lookups: 4000 in flight, 200 a batch
 ])
 def test_bundles_and_polls_are_sized_to_lookups_only_where_there_are_lookups(job, uses,
                                                                            bundle, poll):
