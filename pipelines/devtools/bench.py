@@ -1,4 +1,4 @@
-"""`make bench`: the enrichment stage measured side by side, in one run, on this machine.
+"""`make bench-operators`: the enrichment operators side by side, in one run, on this machine.
 
 For each lookup latency, capacity and slot count it runs the enrich job over a pre-filled
 topic three ways: (a) `sync`, a blocking lookup per record (the reports' way); (b) `async`,
@@ -116,26 +116,27 @@ def run_case(bootstrap: str, service: Service, label: str, latency_ms: int, capa
 
 
 def plain_map_rate(bootstrap: str, records: int) -> float:
-    """Records/s of a Python map with no lookup (the passthrough job), same machine, same run."""
+    """Records/s of the Python parse stage with no lookup (the validating passthrough job),
+    same machine, same run."""
     tag = f"bench-map-{uuid.uuid4().hex[:6]}"
-    create_topics(bootstrap, {f"{tag}-in": 2, f"{tag}-out": 2})
+    create_topics(bootstrap, {f"{tag}-in": 2, f"{tag}-out": 2, f"{tag}-dlq": 1})
     produce(bootstrap, f"{tag}-in", demo_values(records))
     started = time.monotonic()
     cmd = [sys.executable, "-m", "pipelines.cli", "run", "passthrough", "--skip-preflight",
            "--set", f"kafka.bootstrap_servers={bootstrap}", "--set", f"source.topics=[{tag}-in]",
            "--set", f"source.group_id={tag}", "--set", f"sink.topic={tag}-out",
            "--set", f"sink.transactional_id_prefix={tag}", "--set", "source.bounded=true",
-           "--set", "python.bundle_size=1000", "--set", "source.max_poll_records=500"]
+           "--set", "parse.validate_records=true", "--set", f"sink.dead_letter_topic={tag}-dlq"]
     # Start-up is measured with an empty run and subtracted.
     subprocess.run(cmd, check=True, capture_output=True, cwd=PROJECT_ROOT)
     full = time.monotonic() - started
     empty_tag = f"{tag}-empty"
-    create_topics(bootstrap, {f"{empty_tag}-in": 2, f"{empty_tag}-out": 2})
+    create_topics(bootstrap, {f"{empty_tag}-in": 2, f"{empty_tag}-out": 2, f"{empty_tag}-dlq": 1})
     started = time.monotonic()
     empty = [c.replace(tag, empty_tag) for c in cmd]
     subprocess.run(empty, check=True, capture_output=True, cwd=PROJECT_ROOT)
     startup = time.monotonic() - started
-    delete_topics(bootstrap, [f"{tag}-in", f"{tag}-out", f"{empty_tag}-in", f"{empty_tag}-out"])
+    delete_topics(bootstrap, [f"{t}-{end}" for t in (tag, empty_tag) for end in ("in", "out", "dlq")])
     return records / max(full - startup, 0.1)
 
 

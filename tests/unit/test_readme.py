@@ -30,3 +30,12 @@ def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
 @pytest.mark.parametrize("key", _keys(Settings))
 def test_key_is_documented(key):
     assert f"`{key}`" in README
+
+
+def test_the_performance_table_is_the_committed_benchmark_result():
+    """README's table is bench/results/compare.txt as `make bench` wrote it (copied in by
+    `python -m bench.compare --readme`), never figures typed by hand."""
+    from bench.compare import README_BLOCK, RESULTS, readme_with_table
+
+    assert README_BLOCK[0] in README
+    assert readme_with_table(README, (RESULTS / "compare.txt").read_text()) == README
