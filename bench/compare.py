@@ -70,8 +70,13 @@ class Summary:
     startups: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
-    def stat(self, values: list[float], how) -> float | None:
-        return how(values) if values else None
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.rates) if self.rates else None
+
+    @property
+    def startup(self) -> float | None:
+        return statistics.median(self.startups) if self.startups else None
 
 
 def bench_values(count: int) -> list[bytes]:
@@ -263,23 +268,22 @@ def summarise(runs: list[Run]) -> list[Summary]:
     return list(summaries.values())
 
 
+def _cell(value: float | None, spec: str, width: int) -> str:
+    return format(value, spec) if value is not None else "-".rjust(width)
+
+
 def table(summaries: list[Summary]) -> str:
     header = (f"{'case':13} {'system':14} {'min/s':>9} {'median/s':>9} {'max/s':>9} "
               f"{'x quix':>7} {'start s':>8}  notes")
     lines = [header, "-" * len(header)]
-    peers = {s.case: s.stat(s.rates, statistics.median) for s in summaries if s.system == "quix"}
+    peers = {s.case: s.median for s in summaries if s.system == "quix"}
     for s in summaries:
-        median = s.stat(s.rates, statistics.median)
         peer = peers.get(s.case)
-        ratio = f"{median / peer:7.2f}" if median and peer else f"{'-':>7}"
-
-        def fmt(v):
-            return f"{v:9,.0f}" if v is not None else f"{'-':>9}"
-
-        start = s.stat(s.startups, statistics.median)
-        lines.append(f"{s.case:13} {s.system:14} {fmt(s.stat(s.rates, min))} {fmt(median)} "
-                     f"{fmt(s.stat(s.rates, max))} {ratio} "
-                     f"{(f'{start:8.1f}' if start is not None else f'{chr(45):>8}')}  "
+        ratio = s.median / peer if s.median and peer else None
+        low, high = (min(s.rates), max(s.rates)) if s.rates else (None, None)
+        lines.append(f"{s.case:13} {s.system:14} {_cell(low, '9,.0f', 9)} "
+                     f"{_cell(s.median, '9,.0f', 9)} {_cell(high, '9,.0f', 9)} "
+                     f"{_cell(ratio, '7.2f', 7)} {_cell(s.startup, '8.1f', 8)}  "
                      f"{'; '.join(s.failures)}")
     return "\n".join(lines)
 
@@ -303,7 +307,7 @@ def chart(summaries: list[Summary], path: Path) -> None:
             s = next((s for s in summaries if s.case == case and s.system == system), None)
             if s is None or not s.rates:
                 continue
-            median = statistics.median(s.rates)
+            median = s.median
             xs.append(x + (i - (len(systems) - 1) / 2) * width)
             medians.append(median)
             lows.append(median - min(s.rates))

@@ -1,9 +1,10 @@
 """JSON text on the data path: orjson where it can, the standard library where it cannot.
 
 orjson parses and writes a ~150-byte record several times faster than `json`, and the data
-path does both for every record. Where orjson refuses something the standard library accepts (integers wider
-than 64 bits, lone surrogates, nesting past 1024 levels) the standard library decides, so
-what is valid and every dead-letter reason stay as they were.
+path does both for every record. Where orjson refuses what the standard library accepts
+(lone surrogates, nesting past 1024 levels) or would read it differently (integers wider
+than 64 bits become floats), the standard library decides, so what is valid and every
+dead-letter reason stay as they were.
 """
 
 from __future__ import annotations
