@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down demo run test test-unit test-integration bench bench-quick \
-        bench-operators lint clean
+        bench-operators lint format clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -73,10 +73,15 @@ bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records 
 	$(PY) -m bench.compare --quick
 
 bench-operators: venv jars kafka-up ## the enrichment operators (sync, async, batched) side by side
-	$(PY) -m pipelines.devtools.bench
+	$(PY) -m bench.operators
 
-lint: venv ## pyflakes-level checks (ruff)
-	$(PY) -m ruff check pipelines tests --select F,E9
+lint: venv ## ruff: pyflakes checks, import order and formatting (`make format` fixes the last two)
+	$(PY) -m ruff check pipelines tests bench
+	$(PY) -m ruff format --check pipelines tests bench
+
+format: venv ## sort imports and format the code (ruff)
+	$(PY) -m ruff check --select I --fix pipelines tests bench
+	$(PY) -m ruff format pipelines tests bench
 
 clean: ## stop local services and remove local state (.local, jars/lib)
 	-$(CLI) cluster down

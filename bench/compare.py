@@ -353,9 +353,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     broker = Broker()
-    broker.up(log=lambda *_: None)
+    broker.up()
     service = Service(port=free_ports())
-    service.up(latency_ms=50, log=lambda *_: None)
+    service.up(latency_ms=50)
     selected = [c for c in cases(args.quick) if not args.cases or c.name in args.cases.split(",")]
     runs: list[Run] = []
     inputs: dict[str, str] = {}
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"rep {rep} {case.name:13} {system:14} {rate:>12} start {start:>6} "
                           f"{run.error}", flush=True)
     finally:
-        service.down(log=lambda *_: None)
+        service.down()
         delete_topics(broker.bootstrap, list(inputs.values()))
     summaries = summarise(runs)
     text = table(summaries)

@@ -19,16 +19,28 @@ fate on timeout or error is decided here:
 Lookups, failed attempts, retries, records marked missing and dead letters are Flink
 metrics of the `enrich` operator (gauges: the async thread cannot update Beam counters),
 shown in the progress line and the Flink UI.
+
+The lookup itself is the job's: it passes a client factory (pipelines.lookups has the
+contract; pipelines.lookups.http_demo is the demo service's client). Nothing here knows a
+service's request shape or a record's fields.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
 
 from pipelines import jsontext
+from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage's interface
+    ClientFactory,
+    EnrichmentClient,
+    EnrichmentFailed,
+    PermanentLookupError,
+    TransientLookupError,
+    has_batch_lookup,
+)
 from pipelines.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, record_dead_letter
+from pipelines.stages import DEAD_MARK, join_lines, split_lines
 from pipelines.settings import (
     EnrichmentOperator,
     EnrichmentSettings,
@@ -38,109 +50,39 @@ from pipelines.settings import (
 )
 
 
-class EnrichmentFailed(Exception):
-    """A lookup failed: transient unless it is a PermanentLookupError. Raised out of the
-    stage under `on_failure: fail` once retries are exhausted."""
-
-
-class TransientLookupError(EnrichmentFailed):
-    """Worth retrying: the service is slow, down or overloaded."""
-
-
-class PermanentLookupError(EnrichmentFailed):
-    """Retrying cannot help: the service says this record cannot be enriched."""
-
-
-DEAD_MARK = "\x00"  # pipelines.flink.SplitLines routes lines starting with it
-
-
-class EnrichmentClient(Protocol):
-    """What the stage needs from a lookup service. Swap in your own."""
-
-    async def lookup(self, record: dict) -> dict: ...
-
-    async def close(self) -> None: ...
-
-
-class HttpEnrichmentClient:
-    """GET {url}/lookup?company=... with one pooled aiohttp session per event loop."""
-
-    def __init__(self, url: str, timeout_ms: int, max_connections: int):
-        self.url = url.rstrip("/") + "/lookup"
-        self.timeout_ms = timeout_ms
-        self.max_connections = max_connections
-        self._session = None
-
-    async def _ensure(self):
-        if self._session is None:
-            import aiohttp
-
-            connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
-
-    async def lookup(self, record: dict) -> dict:
-        import aiohttp
-
-        session = await self._ensure()
-        try:
-            async with session.get(self.url, params={"company": str(record["company"])}) as resp:
-                if resp.status != 200:
-                    raise http_error(resp.status, self.url)
-                return await resp.json()
-        except aiohttp.ClientError as exc:
-            raise TransientLookupError(f"{type(exc).__name__}: {exc}") from exc
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
-def http_error(status: int, url: str) -> EnrichmentFailed:
-    """4xx (but 408 and 429) means this request will never succeed; anything else may."""
-    cls = (PermanentLookupError if 400 <= status < 500 and status not in (408, 429)
-           else TransientLookupError)
-    return cls(f"HTTP {status} from {url}")
-
-
-class CoalescingHttpEnrichmentClient(HttpEnrichmentClient):
-    """Lookups started in the same event-loop turn share one POST {url}/lookup/batch.
+class Coalescer:
+    """Lookups started in the same event-loop turn share one `client.lookup_batch` call.
 
     A batch of records is looked up concurrently, so all of its lookups land in one turn:
-    one HTTP round trip instead of one per record. Each record still awaits its own
-    result, with its own timeout and retries (a retry joins the next round trip).
+    one round trip instead of one per record. Each record still awaits its own result,
+    with its own timeout and retries (a retry joins the next round trip). The stage wraps
+    a client in this when the client offers `lookup_batch` and `enrichment.coalesce` is
+    true; the client never sees a single record's timeout.
     """
 
-    def __init__(self, url: str, timeout_ms: int, max_connections: int):
-        super().__init__(url, timeout_ms, max_connections)
-        self.batch_url = url.rstrip("/") + "/lookup/batch"
-        self._pending: list[tuple[str, asyncio.Future]] = []
+    def __init__(self, client):
+        self.client = client
+        self._pending: list[tuple[dict, asyncio.Future]] = []
 
     async def lookup(self, record: dict) -> dict:
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append((str(record["company"]), future))
+            loop.call_soon(self._flush)
+        self._pending.append((record, future))
         return await future
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
         asyncio.ensure_future(self._send(pending))
 
-    async def _send(self, pending: list[tuple[str, asyncio.Future]]) -> None:
-        import aiohttp
-
+    async def _send(self, pending: list[tuple[dict, asyncio.Future]]) -> None:
         try:
-            session = await self._ensure()
-            async with session.post(self.batch_url,
-                                    json={"companies": [c for c, _ in pending]}) as resp:
-                if resp.status != 200:
-                    raise http_error(resp.status, self.batch_url)
-                results = (await resp.json())["results"]
+            results = await self.client.lookup_batch([record for record, _ in pending])
+            if len(results) != len(pending):
+                raise RuntimeError(f"lookup_batch answered {len(results)} results for "
+                                   f"{len(pending)} records")
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
-            if isinstance(exc, aiohttp.ClientError):
-                exc = TransientLookupError(f"{type(exc).__name__}: {exc}")
             for _, future in pending:
                 if not future.done():
                     future.set_exception(exc if isinstance(exc, Exception) else
@@ -149,15 +91,19 @@ class CoalescingHttpEnrichmentClient(HttpEnrichmentClient):
         for (_, future), result in zip(pending, results):
             if future.done():  # timed out already
                 continue
-            if "error" in result:
-                future.set_exception(http_error(int(result.get("status", 500)), self.batch_url))
+            if isinstance(result, BaseException):
+                future.set_exception(result)
             else:
                 future.set_result(result)
 
+    async def close(self) -> None:
+        await self.client.close()
 
-def make_client(cfg: EnrichmentSettings) -> HttpEnrichmentClient:
-    cls = CoalescingHttpEnrichmentClient if cfg.coalesce else HttpEnrichmentClient
-    return cls(cfg.url, cfg.timeout, cfg.capacity)
+
+def stage_client(client, cfg: EnrichmentSettings):
+    """The client as the stage calls it: coalesced when it can answer batches and
+    `coalesce` is on, as it is otherwise."""
+    return Coalescer(client) if cfg.coalesce and has_batch_lookup(client) else client
 
 
 class EnrichStats:
@@ -256,13 +202,13 @@ def worst_case_ms(cfg: EnrichmentSettings) -> int:
     return (cfg.retries + 1) * cfg.timeout + backoffs
 
 
-def _enricher(settings: Settings, client: EnrichmentClient | None = None) -> RecordEnricher:
-    return RecordEnricher(client or make_client(settings.enrichment), settings.enrichment,
-                          settings.job.name, settings.parse.origin_field, settings.errors,
+def _enricher(settings: Settings, client: EnrichmentClient) -> RecordEnricher:
+    return RecordEnricher(client, settings.enrichment, settings.job.name,
+                          settings.parse.origin_field, settings.errors,
                           settings.sink.max_record_bytes(settings.kafka))
 
 
-def make_async_function(settings: Settings):
+def make_async_function(settings: Settings, client_factory: ClientFactory):
     """PyFlink AsyncFunction over one JSON record per element, as PyFlink documents it."""
     from pyflink.datastream.functions import AsyncFunction
 
@@ -270,8 +216,8 @@ def make_async_function(settings: Settings):
 
     class Enrich(AsyncFunction):
         def open(self, runtime_context):
-            # The client's session is created lazily on the operator's event-loop thread.
-            self.enricher = _enricher(settings)
+            # The client's connections are made lazily on the operator's event-loop thread.
+            self.enricher = _enricher(settings, stage_client(client_factory(settings), cfg))
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
@@ -290,34 +236,36 @@ def make_async_function(settings: Settings):
     return Enrich()
 
 
-def make_batch_async_function(settings: Settings):
-    """An AsyncFunction over batches (one JSON record per line, as the batched parse writes
-    them): every record of a batch looked up concurrently, each with its own timeout and
-    retries, and the batch's results sent back as one element, one per line, dead letters
-    marked (pipelines.flink.SplitLines takes them apart in the JVM)."""
+def make_batch_async_function(settings: Settings, client_factory: ClientFactory):
+    """An AsyncFunction over batches (pipelines.stages: one JSON record per line): every
+    record of a batch looked up concurrently, each with its own timeout and retries, and
+    the batch's results sent back as one element, one per line, dead letters marked
+    (pipelines.flink.SplitLines takes them apart in the JVM)."""
     from pyflink.datastream.functions import AsyncFunction
+
+
+    cfg = settings.enrichment
 
     class EnrichBatch(AsyncFunction):
         def open(self, runtime_context):
-            self.enricher = _enricher(settings)
+            self.enricher = _enricher(settings, stage_client(client_factory(settings), cfg))
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
-            records = [jsontext.loads(line) for line in value.split("\n")]
-            return ["\n".join(await asyncio.gather(*map(self.enricher.one, records)))]
+            records = [jsontext.loads(line) for line in split_lines(value)]
+            return [join_lines(await asyncio.gather(*map(self.enricher.one, records)))]
 
     return EnrichBatch()
 
 
-def make_sync_function(settings: Settings):
+def make_sync_function(settings: Settings, client_factory: ClientFactory):
     """A blocking lookup per record: the reports' way. For comparison only."""
     from pyflink.datastream.functions import MapFunction
 
     class EnrichSync(MapFunction):
         def open(self, runtime_context):
             self.loop = asyncio.new_event_loop()
-            self.enricher = _enricher(settings, HttpEnrichmentClient(
-                settings.enrichment.url, settings.enrichment.timeout, 1))
+            self.enricher = _enricher(settings, client_factory(settings))
             self.enricher.stats.register(runtime_context)
 
         def map(self, value: str) -> str:
@@ -330,8 +278,9 @@ def make_sync_function(settings: Settings):
     return EnrichSync()
 
 
-def apply_enrichment(stream, settings: Settings):
-    """Wire the enrichment stage into the stream the parse step produced.
+def apply_enrichment(stream, settings: Settings, client_factory: ClientFactory):
+    """Wire the enrichment stage into the stream the parse step produced, looking records
+    up with the clients `client_factory(settings)` makes (one per worker).
     Returns (enriched records, dead letters), both streams of JSON text."""
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
@@ -341,16 +290,17 @@ def apply_enrichment(stream, settings: Settings):
     cfg = settings.enrichment
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
     if cfg.operator is EnrichmentOperator.SYNC:
-        out = stream.map(make_sync_function(settings), output_type=Types.STRING())
+        out = stream.map(make_sync_function(settings, client_factory), output_type=Types.STRING())
     elif cfg.operator is EnrichmentOperator.ASYNC:
         # As PyFlink documents it: one element per record, Flink's own timeout per record
         # (each starts a threading.Timer), `timeout()` applying the failure policy.
         overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
-        out = wait(stream, make_async_function(settings), overall, cfg.capacity, Types.STRING())
+        out = wait(stream, make_async_function(settings, client_factory), overall, cfg.capacity,
+                   Types.STRING())
     else:
         # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.
-        out = wait(stream, make_batch_async_function(settings), Time.milliseconds(0),
-                   cfg.elements_in_flight(), Types.STRING())
+        out = wait(stream, make_batch_async_function(settings, client_factory),
+                   Time.milliseconds(0), cfg.elements_in_flight(), Types.STRING())
     out = out.name("enrich").uid("enrich")
     records = split_lines(out, keep_marked=False).name("enriched").uid("enriched")
     dead = split_lines(out, keep_marked=True).name("enrich-dead-letters").uid("enrich-dead-letters")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from pipelines import jars
+from pipelines import paths
 from pipelines.settings import RestartStrategy, Retention, Settings
 
 
@@ -18,11 +19,16 @@ def _ms(value: int) -> str:
 
 
 def checkpoint_dir(settings: Settings) -> str:
-    return settings.checkpoint.storage.replace("{job}", settings.job.name)
+    """`checkpoint.storage` for this job, or (unset) .local/checkpoints/<job> of the
+    checkout or package it runs from: resolved here, at run time, never written into a
+    packaged config."""
+    uri = settings.checkpoint.storage or "file://" + str(paths.local_state("checkpoints", "{job}"))
+    return uri.replace("{job}", settings.job.name)
 
 
 def savepoint_dir(settings: Settings) -> str:
-    return settings.checkpoint.savepoints.replace("{job}", settings.job.name)
+    uri = settings.checkpoint.savepoints or "file://" + str(paths.local_state("savepoints", "{job}"))
+    return uri.replace("{job}", settings.job.name)
 
 
 FLINK_DEFAULT_BUNDLE_SIZE = 1000

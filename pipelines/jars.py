@@ -7,6 +7,7 @@ its jars here first, so the failure is one line that says what to run.
 
 from __future__ import annotations
 
+import logging
 import hashlib
 import os
 import shutil
@@ -14,9 +15,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.settings import PROJECT_ROOT
+from pipelines.paths import JARS_DIR, PROJECT_ROOT
 
-JARS_DIR = PROJECT_ROOT / "jars"
+log = logging.getLogger(__name__)
+
 MANIFEST = JARS_DIR / "manifest.txt"
 LIB_DIR = Path(os.environ.get("PIPELINES_JAR_LIB", JARS_DIR / "lib"))
 SRC_DIR = JARS_DIR / "src"
@@ -116,16 +118,16 @@ def flink_dist_jar() -> Path:
     return found[0]
 
 
-def fetch(log=print) -> list[Path]:
+def fetch() -> list[Path]:
     """Fetch every pinned jar with mvn, verify it, and build the project's own jar."""
     LIB_DIR.mkdir(parents=True, exist_ok=True)
     for jar in read_manifest():
         if jar.path.is_file() and sha256_of(jar.path) == jar.sha256:
-            log(f"ok       {jar.coordinates}")
+            log.info(f"ok       {jar.coordinates}")
             continue
         if shutil.which("mvn") is None:
             raise JarError("mvn is not on PATH: install Maven (apt-get install maven) and run `make jars`")
-        log(f"fetching {jar.coordinates}")
+        log.info(f"fetching {jar.coordinates}")
         result = subprocess.run(
             ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={jar.coordinates}",
              f"-DoutputDirectory={LIB_DIR}", "-Dmdep.overWriteReleases=true"],
@@ -137,16 +139,16 @@ def fetch(log=print) -> list[Path]:
         problem = _check(jar)
         if problem:
             raise JarError(problem)
-        log(f"ok       {jar.coordinates}")
-    build_project_jar(log)
+        log.info(f"ok       {jar.coordinates}")
+    build_project_jar()
     return resolve()
 
 
-def build_project_jar(log=print) -> None:
+def build_project_jar() -> None:
     sources = sorted(SRC_DIR.rglob("*.java"))
     if not sources or _project_jar_problem() is None:
         if sources:
-            log(f"ok       {_shown(PROJECT_JAR)}")
+            log.info(f"ok       {_shown(PROJECT_JAR)}")
         return
     if shutil.which("javac") is None or shutil.which("jar") is None:
         raise JarError("javac/jar not on PATH: install a JDK (17) to build jars/src")
@@ -160,4 +162,4 @@ def build_project_jar(log=print) -> None:
     if compiled.returncode != 0:
         raise JarError(f"javac failed on jars/src: {compiled.stderr.strip()}")
     subprocess.run(["jar", "cf", str(PROJECT_JAR), "-C", str(classes), "."], check=True)
-    log(f"built    {_shown(PROJECT_JAR)}")
+    log.info(f"built    {_shown(PROJECT_JAR)}")

@@ -16,6 +16,7 @@ from pipelines.settings import (
     SinkSettings,
     StartMode,
 )
+from pipelines.settings.kafka_clients import java_client_properties
 
 ORIGIN_FIELDS = ["topic", "partition", "offset", "timestamp", "key", "value"]
 
@@ -65,7 +66,7 @@ def source_properties(settings: Settings, uses: tuple[str, ...] | list[str] = ()
     fetcher commits offsets only between polls); a job without enrichment keeps Kafka's
     default."""
     src = settings.source
-    props = settings.kafka.client_properties()
+    props = java_client_properties(settings.kafka)
     derived = settings.enrichment.capacity if "enrichment" in uses else KAFKA_DEFAULT_MAX_POLL_RECORDS
     props["max.poll.records"] = str(src.max_poll_records or derived)
     props.update(src.properties)
@@ -121,7 +122,7 @@ def _sink_builder(settings: Settings, id_suffix: str):
     if sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         builder.set_transactional_id_prefix(f"{sink.transactional_id_prefix}{id_suffix}")
         builder.set_property("transaction.timeout.ms", str(sink.transaction_timeout))
-    for key, value in settings.kafka.client_properties().items():
+    for key, value in java_client_properties(settings.kafka).items():
         builder.set_property(key, value)
     builder.set_property("client.id", f"{settings.job.name}-sink{id_suffix}")
     return builder

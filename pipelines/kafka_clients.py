@@ -8,6 +8,7 @@ a code-laden repr; a user who mistyped a bootstrap address should read one sente
 from __future__ import annotations
 
 import logging
+import os
 
 
 class BrokerUnreachable(Exception):
@@ -47,3 +48,8 @@ def admin_client(bootstrap: str, conf: dict | None = None, timeout_s: float = 5.
     if metadata is None or not metadata.brokers:
         raise BrokerUnreachable(unreachable_message(bootstrap, timeout_s))
     return admin
+
+
+def local_bootstrap() -> str:
+    """The local broker's address (`pipelines kafka up`; port $PIPELINES_KAFKA_PORT)."""
+    return f"127.0.0.1:{os.environ.get('PIPELINES_KAFKA_PORT', '9092')}"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pipelines import jsontext
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
+from pipelines.stages import join_lines
 
 DEAD_LETTER_TAG = "dead-letters"
 # Room in a dead-letter message for everything but the original bytes (reason, origin,
@@ -268,7 +269,7 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
                 if bad is not None:
                     yield tag, bad
             if batched and good:
-                yield "\n".join(good)  # pipelines.flink.SplitLines takes it apart
+                yield join_lines(good)  # one element a batch: see pipelines.stages
             elif good:
                 yield good[0]
 

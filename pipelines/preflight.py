@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipelines.settings import DeliveryGuarantee, Settings, StartMode, format_ms
+from pipelines.settings.kafka_clients import librdkafka_config
 
 BROKER_TX_MAX_KEY = "transaction.max.timeout.ms"
 
@@ -68,7 +69,7 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     from pipelines.kafka_clients import BrokerUnreachable, admin_client
 
     try:
-        admin = admin_client(s.kafka.bootstrap_servers, s.kafka.admin_config(), timeout_s)
+        admin = admin_client(s.kafka.bootstrap_servers, librdkafka_config(s.kafka), timeout_s)
     except BrokerUnreachable as exc:
         return [Problem("error", "kafka.bootstrap_servers", str(exc))]
     metadata = admin.list_topics(timeout=timeout_s)
@@ -130,38 +131,24 @@ def _broker_config(admin, metadata, key: str, timeout_s: float, resource_cls) ->
     return None
 
 
-def service_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
-    """The enrichment service must answer (any HTTP status will do: it is listening).
-    Otherwise every lookup fails and, under any policy, the job's output is not what the
-    user expects; better to say so before starting."""
-    import urllib.error
-    import urllib.request
-
-    cfg = s.enrichment
-    url = cfg.health_url or cfg.url
-    key = "enrichment.health_url" if cfg.health_url else "enrichment.url"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s):
-            return []
-    except urllib.error.HTTPError:
-        return []  # it answered
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        if isinstance(reason, OSError) and reason.strerror:
-            reason = reason.strerror
-        return [Problem("error", key, f"no enrichment service answered at {url} within "
-                                      f"{timeout_s:.0f}s ({reason}); start it (the demo: "
-                                      f"`make enrichment-up`) or pass --skip-preflight")]
+def service_problems(client, timeout_s: float = 5.0) -> list[Problem]:
+    """The job's lookup service must answer, if its client can tell (`check`, see
+    pipelines.lookups): otherwise every lookup fails and, under any policy, the job's
+    output is not what the user expects; better to say so before starting."""
+    check = getattr(client, "check", None)
+    found = check(timeout_s) if callable(check) else None
+    return [Problem("error", *found)] if found else []
 
 
 def run_preflight(settings: Settings, broker: bool = True,
-                  uses: tuple[str, ...] | set[str] = ()) -> list[Problem]:
-    """All rules; `uses` names the external services the job calls ("enrichment")."""
+                  uses: tuple[str, ...] | set[str] = (), client=None) -> list[Problem]:
+    """All rules; `uses` names the external services the job calls ("enrichment"),
+    `client` is its enrichment client (pipelines.lookups), if it has one."""
     problems = static_problems(settings)
     if broker:
         problems += broker_problems(settings)
-    if "enrichment" in uses:
-        problems += service_problems(settings)
+    if "enrichment" in uses and client is not None:
+        problems += service_problems(client)
     return problems
 
 

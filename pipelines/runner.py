@@ -7,8 +7,8 @@ preflight run, jars checked. Known failures end as one readable line, never a Py
 
 from __future__ import annotations
 
+import logging
 import argparse
-import importlib
 import io
 import json
 import os
@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pipelines import jobs
 from pipelines.jars import JarError
 from pipelines.preflight import has_errors, run_preflight
 from pipelines.processes import ProcessGroups
-from pipelines.settings import ConfigError, Loaded, load_settings, mask_text
+from pipelines.settings import ConfigError, Loaded, SecretMask, load_settings
+
+log = logging.getLogger(__name__)
 
 EXIT_BAD_INPUT = 2
 
@@ -46,22 +49,33 @@ def job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def prepare(job: str, args: argparse.Namespace, log=print) -> Loaded:
+def load(job: str, args: argparse.Namespace, overrides: list[str] | None = None) -> Loaded:
+    """The job's settings from the layers `args` names; its secrets are learned by the
+    invocation's mask (`args.mask`, see `guarded`) so no error line can show them."""
+    loaded = load_settings(job, env=args.env, conf_dir=args.conf_dir,
+                           overrides=list(args.overrides or []) if overrides is None else overrides)
+    mask = getattr(args, "mask", None)
+    if mask is not None:
+        mask.learn(loaded.settings)
+    return loaded
+
+
+def prepare(job: str, args: argparse.Namespace) -> Loaded:
     """Load, validate and preflight the settings; raise Failure on anything that would not run."""
     overrides = list(args.overrides or [])
-    loaded = load_settings(job, env=args.env, overrides=overrides, conf_dir=args.conf_dir)
+    loaded = load(job, args, overrides)
     if getattr(args, "from_checkpoint", None):
         from pipelines.checkpoints import resolve_checkpoint
 
         path = resolve_checkpoint(loaded.settings, args.from_checkpoint)
-        loaded = load_settings(job, env=args.env, conf_dir=args.conf_dir,
-                               overrides=overrides + [f"job.from_checkpoint={path}"])
-        log(f"resuming from {path}")
+        loaded = load(job, args, overrides + [f"job.from_checkpoint={path}"])
+        log.info(f"resuming from {path}")
     if not args.skip_preflight:
-        uses = getattr(load_job(job), "USES", ())
-        problems = run_preflight(loaded.settings, uses=uses)
+        module = load_job(job)
+        problems = run_preflight(loaded.settings, uses=jobs.uses(module),
+                                 client=jobs.lookup_client(module, loaded.settings))
         for problem in problems:
-            log(str(problem))
+            log.info(str(problem))
         if has_errors(problems):
             raise Failure(f"preflight found {sum(p.level == 'error' for p in problems)} error(s); "
                           f"nothing was started")
@@ -69,23 +83,14 @@ def prepare(job: str, args: argparse.Namespace, log=print) -> Loaded:
 
 
 def load_job(job: str):
-    if not re.fullmatch(r"[a-z_][a-z0-9_]*", job):
-        raise Failure(f"no job named {job!r}: a job is a module pipelines/jobs/<name>.py, its "
-                      f"name lowercase letters, digits and _ (jobs here: {', '.join(job_names())})")
     try:
-        return importlib.import_module(f"pipelines.jobs.{job}")
-    except ModuleNotFoundError as exc:
-        if exc.name in (f"pipelines.jobs.{job}", "pipelines.jobs"):
-            raise Failure(f"no job named {job!r} (no module pipelines/jobs/{job}.py; jobs "
-                          f"here: {', '.join(job_names())})") from None
-        raise
+        return jobs.load(job)
+    except jobs.UnknownJob as exc:
+        raise Failure(str(exc)) from None
 
 
 def job_names() -> list[str]:
-    import pipelines.jobs
-
-    return sorted(p.stem for p in Path(pipelines.jobs.__file__).parent.glob("*.py")
-                  if not p.stem.startswith("_"))
+    return jobs.names()
 
 
 MAX_ERROR_CHARS = 500
@@ -142,12 +147,15 @@ def _last_cause(text: str) -> str | None:
     return lines[0] if lines else None
 
 
-def guarded(action: Callable[[], int]) -> int:
+def guarded(action: Callable[[], int], mask: SecretMask | None = None) -> int:
     """Run `action`, turning known failures into one line on stderr and exit code 2.
-    Secret values of any config loaded so far are masked in that line."""
+    The secret values of every config loaded through `load` with this `mask` are masked
+    in that line."""
     from confluent_kafka import KafkaException
 
     from pipelines.kafka_clients import BrokerUnreachable
+
+    mask_text = mask or SecretMask()
 
     try:
         return action()
@@ -170,35 +178,41 @@ def guarded(action: Callable[[], int]) -> int:
         return 1
 
 
-def job_main(job: str, build, argv: list[str]) -> None:
-    """The body of every job's `main`: works standalone and under `flink run`.
+def job_main(build, argv: list[str] | None = None) -> None:
+    """What a job module runs as __main__: works standalone and under `flink run`. The
+    job's name is its module's.
 
     Standalone (`python -m pipelines.jobs.<job>`) it starts a local mini-cluster, whose JVM
     is owned like `pipelines run`'s; under `flink run` the gateway is the Flink client's.
     """
+    from pipelines.logs import install_cli_handler
+
+    install_cli_handler()
+    job = jobs.name_of(build)
     parser = job_arguments(argparse.ArgumentParser(prog=f"pipelines.jobs.{job}"))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.mask = SecretMask()
 
     def action() -> int:
         loaded = prepare(job, args)
         from pipelines.environment import create_environment
 
-        print(f"job {job} from {Path(__file__).resolve().parent}", flush=True)
-        env = create_environment(loaded.settings, uses=getattr(load_job(job), "USES", ()))
+        log.info(f"job {job} from {Path(__file__).resolve().parent}")
+        env = create_environment(loaded.settings, uses=jobs.uses(load_job(job)))
         build(env, loaded.settings)
         result = env.execute(job)
-        print(f"job {job} finished: {result.get_job_id()}")
+        log.info(f"job {job} finished: {result.get_job_id()}")
         return 0
 
     if "PYFLINK_GATEWAY_PORT" in os.environ:  # under `flink run`: the client owns the JVM
-        sys.exit(guarded(action))
+        sys.exit(guarded(action, args.mask))
     from pipelines.flink_compat import disconnect_gateway, gateway_in_group
 
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     try:
         with gateway_in_group(owner):
-            code = guarded(action)
+            code = guarded(action, args.mask)
     finally:
         disconnect_gateway()
         owner.end()
@@ -232,9 +246,8 @@ class StopSignals:
     way the owned process groups (the JVM and its Python workers) are ended.
     """
 
-    def __init__(self, owner: ProcessGroups, log=print, deadline_s: float = STOP_DEADLINE_S):
+    def __init__(self, owner: ProcessGroups, deadline_s: float = STOP_DEADLINE_S):
         self.owner = owner
-        self.log = log
         self.deadline_s = deadline_s
         self.requested: str | None = None
         self._previous: dict[int, object] = {}
@@ -306,18 +319,18 @@ class WorkerOutput(io.TextIOBase):
 
 
 def worker_log_path(job: str) -> Path:
-    from pipelines.settings import PROJECT_ROOT
+    from pipelines.paths import worker_log
 
-    return PROJECT_ROOT / ".local" / "logs" / f"{job}-python-worker.log"
+    return worker_log(job)
 
 
-def _owned_local_run(body: Callable[[], RunResult], log, job: str) -> RunResult:
+def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
     """Run `body` with stop signals handled, the JVM's process group owned, and the
     in-process Python workers' output in a log file."""
     from pipelines.flink_compat import disconnect_gateway, gateway_in_group
 
     owner = ProcessGroups()
-    stops = StopSignals(owner, log).install()
+    stops = StopSignals(owner).install()
     terminal = sys.stderr
     sys.stderr = WorkerOutput(terminal, worker_log_path(job))
     try:
@@ -325,7 +338,7 @@ def _owned_local_run(body: Callable[[], RunResult], log, job: str) -> RunResult:
             return body()
     except Failure:
         if sys.stderr.written:
-            print(f"Python worker output: {sys.stderr.path}", file=sys.stdout)
+            log.info(f"Python worker output: {sys.stderr.path}")
         raise
     finally:
         sys.stderr = terminal
@@ -343,7 +356,7 @@ class RunResult:
     checkpoints: int
 
 
-def run_local(job: str, args: argparse.Namespace, log=print, progress_every: float = 2.0,
+def run_local(job: str, args: argparse.Namespace, progress_every: float = 2.0,
               extra_conf: dict[str, str] | None = None) -> RunResult:
     """Run a job on an in-process mini-cluster, printing progress until it ends.
 
@@ -356,21 +369,21 @@ def run_local(job: str, args: argparse.Namespace, log=print, progress_every: flo
 
     def body() -> RunResult:
         try:
-            return _run_local(job, args, log, progress_every, extra_conf, state)
+            return _run_local(job, args, progress_every, extra_conf, state)
         except StopRequested as stop:
             client, settings = state["client"], state["settings"]
             if client is None:
-                log(f"stopping ({stop.signame}): no job was running yet")
+                log.info(f"stopping ({stop.signame}): no job was running yet")
                 return RunResult("", "STOPPED", 0)
-            status = _stop(client, settings, getattr(args, "savepoint_on_stop", False), log,
+            status = _stop(client, settings, getattr(args, "savepoint_on_stop", False),
                            state.get("job_id", ""), stop.signame)
             return RunResult(state.get("job_id", ""), status, 0)
 
-    return _owned_local_run(body, log, job)
+    return _owned_local_run(body, job)
 
 
-def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
-    loaded = prepare(job, args, log)
+def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
+    loaded = prepare(job, args)
     state["settings"] = loaded.settings
     module = load_job(job)
     from pipelines.environment import create_environment
@@ -379,7 +392,7 @@ def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
     extra = {"rest.bind-port": "0", "rest.address": "127.0.0.1",
              "rest.bind-address": "127.0.0.1",
              "metrics.fetcher.update-interval": "2 s", **(extra_conf or {})}
-    env = create_environment(loaded.settings, extra, uses=getattr(module, "USES", ()))
+    env = create_environment(loaded.settings, extra, uses=jobs.uses(module))
     module.build(env, loaded.settings)
     client = env.execute_async(job)
     state["client"] = client
@@ -389,8 +402,8 @@ def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
         url = mini_cluster_rest_url(client)
     except Exception as exc:  # noqa: BLE001 - progress is a nicety; the job runs without it
         url = None
-        log(f"warning: no progress lines: the mini-cluster's REST address is unknown ({exc})")
-    log(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
+        log.info(f"warning: no progress lines: the mini-cluster's REST address is unknown ({exc})")
+    log.info(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
     monitor = ProgressMonitor(url, job_id)
     outcome = client.get_job_execution_result()
     shown, shown_at = None, 0.0
@@ -398,7 +411,7 @@ def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
         line = monitor.line()
         # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
         if line and (line != shown or time.monotonic() - shown_at > 30):
-            log(line)
+            log.info(line)
             shown, shown_at = line, time.monotonic()
         _wait_done(outcome, progress_every)
     checkpoints = monitor.completed_checkpoints()
@@ -407,11 +420,11 @@ def _run_local(job, args, log, progress_every, extra_conf, state) -> RunResult:
     except Exception as exc:  # noqa: BLE001
         why = explain_java_error(exc) or " ".join(str(exc).split())[:MAX_ERROR_CHARS]
         raise Failure(f"job {job} failed: {why}") from None
-    log(f"job {job} finished")
+    log.info(f"job {job} finished")
     return RunResult(job_id, "FINISHED", checkpoints)
 
 
-def _stop(client, settings, savepoint: bool, log, job_id: str, why: str) -> str:
+def _stop(client, settings, savepoint: bool, job_id: str, why: str) -> str:
     """Stop with a savepoint when asked, else cancel (retained checkpoints stay).
     Every step has a deadline; a savepoint that cannot finish in time is reported and the
     job is cancelled instead."""
@@ -420,7 +433,7 @@ def _stop(client, settings, savepoint: bool, log, job_id: str, why: str) -> str:
     if savepoint:
         from pipelines.environment import savepoint_dir
 
-        log(f"stopping ({why}): taking a savepoint, then stopping the job "
+        log.info(f"stopping ({why}): taking a savepoint, then stopping the job "
             f"(at most {SAVEPOINT_TIMEOUT_S:.0f} s)")
         try:
             path = flink_compat.stop_with_savepoint(client, savepoint_dir(settings),
@@ -428,21 +441,21 @@ def _stop(client, settings, savepoint: bool, log, job_id: str, why: str) -> str:
         except Exception as exc:  # noqa: BLE001 - timeout, job not running, Py4J
             reason = ("it did not complete in time" if flink_compat.is_java_timeout(exc)
                       else explain_java_error(exc) or str(exc).splitlines()[0])
-            log(f"savepoint failed: {reason}; cancelling the job instead")
+            log.info(f"savepoint failed: {reason}; cancelling the job instead")
         else:
-            log(f"savepoint written to {path}")
-            log(f"resume with: pipelines run {settings.job.name} --from-checkpoint {path}")
-            log(f"job {settings.job.name} stopped")
+            log.info(f"savepoint written to {path}")
+            log.info(f"resume with: pipelines run {settings.job.name} --from-checkpoint {path}")
+            log.info(f"job {settings.job.name} stopped")
             return "STOPPED"
     else:
-        log(f"stopping ({why}): cancelling the job")
+        log.info(f"stopping ({why}): cancelling the job")
     try:
         flink_compat.cancel_job(client, CANCEL_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - already ended, or the cancel hangs
-        log(f"cancel did not confirm within {CANCEL_TIMEOUT_S:.0f} s "
+        log.info(f"cancel did not confirm within {CANCEL_TIMEOUT_S:.0f} s "
             f"({explain_java_error(exc) or type(exc).__name__}); ending its processes")
-    log(_retained_line(settings, job_id))
-    log(f"job {settings.job.name} canceled")
+    log.info(_retained_line(settings, job_id))
+    log.info(f"job {settings.job.name} canceled")
     return "CANCELED"
 
 

@@ -17,10 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.settings import PROJECT_ROOT, ConfigError, Loaded, is_secret_key
-
-TEMPLATES = ("enrich", "windowed", "passthrough")
-
+from pipelines.paths import PROJECT_ROOT
+from pipelines.settings import ConfigError, Loaded, is_secret_key
 
 @dataclass(frozen=True)
 class NewJob:
@@ -44,12 +42,28 @@ def _config_for(name: str, source: dict) -> dict:
     return conf
 
 
+def _smoke_test_kind(module_text: str, conf: dict) -> str:
+    """Which generated test fits a job: windows are counted, lookups need the demo
+    service, and a plain copy is checked record for record."""
+    if conf.get("window"):
+        return "windowed"
+    if "stages.enrich(" in module_text:
+        return "enrich"
+    return "copy"
+
+
 def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> NewJob:
+    """Copy job `template` (any job in `root`'s pipelines/jobs) as `name`: the module as it
+    is (a job's name is its module's, so nothing in it changes), its config with the names
+    the new job must own, and a smoke test."""
+    from pipelines.jobs import names
+
     if not name.isidentifier() or keyword.iskeyword(name) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ConfigError(f"job name {name!r} is not allowed: use a lowercase Python identifier "
                           f"(letters, digits, underscores; starting with a letter), e.g. orders_enrich")
-    if template not in TEMPLATES:
-        raise ConfigError(f"--from {template!r} is not a template; allowed: {', '.join(TEMPLATES)}")
+    templates = names(root / "pipelines" / "jobs")
+    if template not in templates:
+        raise ConfigError(f"--from {template!r} is not a job; allowed: {', '.join(templates)}")
     target = NewJob(module=root / "pipelines" / "jobs" / f"{name}.py",
                     config=root / "conf" / "base" / f"{name}.yaml",
                     test=root / "tests" / "integration" / f"test_job_{name}.py")
@@ -58,16 +72,12 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     if existing:
         raise ConfigError(f"job {name!r} exists already ({', '.join(existing)}); nothing was written")
 
-    source_module = (root / "pipelines" / "jobs" / f"{template}.py").read_text()
-    module = source_module.replace(f'job_main("{template}"', f'job_main("{name}"')
-    module = f'"""{name}: created from the {template} job by `pipelines new`.\n\n' + \
-        module.split('"""', 2)[1].strip() + '\n"""' + module.split('"""', 2)[2]
+    module = (root / "pipelines" / "jobs" / f"{template}.py").read_text()
     base_conf = yaml.safe_load((root / "conf" / "base" / f"{template}.yaml").read_text())
     config = (f"# {name}: created from conf/base/{template}.yaml by `pipelines new`. It owns its\n"
               f"# topics, group id and transactional id prefix; change them together.\n"
               + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False))
-    test = _TEST_TEMPLATES["windowed" if template == "windowed" else "records"].format(
-        name=name, template=template)
+    test = _TEST_TEMPLATES[_smoke_test_kind(module, base_conf)].format(name=name, template=template)
 
     target.module.write_text(module)
     target.config.write_text(config)
@@ -76,7 +86,30 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
 
 
 _TEST_TEMPLATES = {
-    "records": '''"""Smoke test of the {name} job (created from {template}): every input record comes out
+    "copy": '''"""Smoke test of the {name} job (created from {template}): every input record comes out
+exactly once, byte for byte, malformed ones included (the copy does not parse them).
+Extend it as the job becomes yours."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.topics import create_topics, produce, read_all
+from tests.support import run_cli, topic_args
+
+pytestmark = pytest.mark.integration
+
+
+def test_{name}_copies_every_record_once(kafka, names):
+    values = demo_values(300, bad_every=50)
+    create_topics(kafka, {{names("in"): 3, names("out"): 3}})
+    produce(kafka, names("in"), values)
+    run_cli("run", "{name}", *topic_args(kafka, names),
+            "--set", "source.bounded=true", "--set", "checkpoint.interval=1s")
+    assert sorted(read_all(kafka, names("out"))) == sorted(values)
+''',
+    "enrich": '''"""Smoke test of the {name} job (created from {template}): every input record comes out
 exactly once, bad ones as dead letters. Extend it as the job becomes yours."""
 
 from __future__ import annotations
@@ -163,6 +196,24 @@ def effective_config(loaded: Loaded) -> dict:
     return _secrets_as_references(dumped, loaded)
 
 
+def _cluster_sources(job: str, src_pipelines: Path):
+    """copytree's ignore: what a cluster does not run stays behind: devtools (local
+    infrastructure, the operator bench), the other jobs, caches."""
+    from pipelines.jobs import names
+
+    def ignore(directory: str, entries: list[str]) -> set[str]:
+        skipped = {e for e in entries if e == "__pycache__" or e.endswith(".pyc")}
+        here = Path(directory).resolve()
+        if here == src_pipelines:
+            skipped.add("devtools")
+        if here == src_pipelines / "jobs":
+            skipped.update(f"{other}.py" for other in names(here) if other != job)
+        return skipped
+
+    src_pipelines = src_pipelines.resolve()
+    return ignore
+
+
 @dataclass(frozen=True)
 class Package:
     root: Path
@@ -189,13 +240,12 @@ def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
                 rest_url: str = "http://127.0.0.1:8081", src_root: Path = PROJECT_ROOT) -> Package:
     """Build `out_dir` (replaced whole) with everything a cluster needs for the job."""
     from pipelines import jars as jar_module
-    from pipelines.devtools.flink_cluster import submit_command
+    from pipelines.flink_run import submit_command
 
     job = loaded.settings.job.name
     jar_paths = jar_module.resolve()
     _clear_earlier_package(out_dir)
-    shutil.copytree(src_root / "pipelines", out_dir / "pipelines",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(src_root / "pipelines", out_dir / "pipelines", ignore=_cluster_sources(job, src_root / "pipelines"))
     (out_dir / "conf" / "base").mkdir(parents=True)
     (out_dir / "conf" / "base" / f"{job}.yaml").write_text(
         f"# Effective config of {job}, written by `pipelines package`. Secrets are ${{env:...}}\n"

@@ -10,16 +10,11 @@ import pytest
 
 from pipelines.flink_compat import disconnect_gateway, gateway_in_group
 from pipelines.processes import ProcessGroups
-from tests.support import (  # noqa: F401
-    CLI,
-    ROOT,
+from tests.support import (
     become_subreaper,
     end_all_started,
-    job_env,
     kill_tree,
     orphaned_flink_processes,
-    run_cli,
-    topic_args,
 )
 
 become_subreaper()
@@ -66,7 +61,7 @@ def kafka() -> str:
 
     broker = Broker()
     if not broker.ready():  # reuse any broker already answering there (e.g. another checkout's)
-        broker.up(log=lambda *_: None)
+        broker.up()
     yield broker.bootstrap
 
 
@@ -98,10 +93,10 @@ def flink_cluster(kafka):
 
     cluster = Cluster()
     was_up = cluster.overview() is not None
-    cluster.up(log=lambda *_: None)
+    cluster.up()
     yield cluster
     if not was_up:
-        cluster.down(log=lambda *_: None)
+        cluster.down()
 
 
 @pytest.fixture
@@ -111,6 +106,6 @@ def enrichment_service():
     from pipelines.devtools.ports import free_ports
 
     service = Service(port=free_ports())
-    service.up(latency_ms=5, log=lambda *_: None)
+    service.up(latency_ms=5)
     yield service
-    service.down(log=lambda *_: None)
+    service.down()

@@ -20,7 +20,7 @@ from pathlib import Path
 from pipelines.processes import descendants, proc_stats
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "pipelines.devtools.cli"]  # what `pipelines` runs
 PROGRESS = re.compile(r"checkpoints (\d+) completed, (\d+) failed")
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import json
 import time
 
 from pipelines.devtools.topics import create_topics, produce
 from pipelines.settings import Settings
+
+log = logging.getLogger(__name__)
 
 COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"]
 
@@ -38,14 +41,13 @@ def job_topics(settings: Settings, partitions: int) -> dict[str, int]:
     return topics
 
 
-def prepare_demo(settings: Settings, records: int, bad_every: int, partitions: int,
-                 log=print) -> None:
+def prepare_demo(settings: Settings, records: int, bad_every: int, partitions: int) -> None:
     bootstrap = settings.kafka.bootstrap_servers
     topics = job_topics(settings, partitions)
     create_topics(bootstrap, topics)
-    log(f"demo     topics ready: {', '.join(f'{t} ({n}p)' for t, n in topics.items())}")
+    log.info(f"demo     topics ready: {', '.join(f'{t} ({n}p)' for t, n in topics.items())}")
     if not settings.source.topics:
         return
     sent = produce(bootstrap, settings.source.topics[0], demo_values(records, bad_every))
-    log(f"demo     produced {sent} records to {settings.source.topics[0]} "
+    log.info(f"demo     produced {sent} records to {settings.source.topics[0]} "
         f"({sent // bad_every if bad_every else 0} malformed)")

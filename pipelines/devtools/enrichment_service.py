@@ -8,6 +8,7 @@ with `python -m pipelines.devtools.enrichment_service`, or in the background wit
 
 from __future__ import annotations
 
+import logging
 import argparse
 import asyncio
 import hashlib
@@ -22,9 +23,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.settings import PROJECT_ROOT, parse_duration_ms
+from pipelines.paths import local_state
+from pipelines.settings import parse_duration_ms
 
-STATE_DIR = Path(os.environ.get("PIPELINES_ENRICHMENT_DIR", PROJECT_ROOT / ".local" / "enrichment"))
+log = logging.getLogger(__name__)
+
+STATE_DIR = Path(os.environ.get("PIPELINES_ENRICHMENT_DIR", local_state("enrichment")))
 DEFAULT_PORT = int(os.environ.get("PIPELINES_ENRICHMENT_PORT", "8765"))
 COUNTRIES = ["DE", "FR", "CN", "US", "BR", "JP", "IN", "NG"]
 
@@ -161,11 +165,11 @@ class Service:
             return json.load(resp)
 
     def up(self, latency_ms: float = 50, failure_rate: float = 0.0, jitter_ms: float = 0,
-           log=print, wait_s: float = 20) -> None:
+           wait_s: float = 20) -> None:
         if self.healthy():
             self.configure(latency_ms=latency_ms, failure_rate=failure_rate, jitter_ms=jitter_ms,
                            down=False)
-            log(f"enrich   running at {self.url} (latency {latency_ms:g} ms)")
+            log.info(f"enrich   running at {self.url} (latency {latency_ms:g} ms)")
             return
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.state_dir / f"service-{self.port}.log", "ab") as out:
@@ -182,23 +186,23 @@ class Service:
                 raise ServiceError(f"the enrichment service exited with {proc.returncode}; see "
                                    f"{self.state_dir / f'service-{self.port}.log'}")
             if self.healthy():
-                log(f"enrich   started at {self.url} (latency {latency_ms:g} ms, pid {proc.pid})")
+                log.info(f"enrich   started at {self.url} (latency {latency_ms:g} ms, pid {proc.pid})")
                 return
             time.sleep(0.2)
         raise ServiceError(f"the enrichment service did not answer at {self.url} in {wait_s:.0f}s")
 
-    def down(self, log=print) -> None:
+    def down(self) -> None:
         try:
             pid = int(self.pid_file.read_text())
             os.kill(pid, signal.SIGTERM)
         except (OSError, ValueError):
-            log("enrich   not running")
+            log.info("enrich   not running")
             return
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self.healthy():
             time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
-        log("enrich   stopped")
+        log.info("enrich   stopped")
 
     def status(self) -> str:
         stats = self.stats()

@@ -7,6 +7,7 @@ first on PATH so the cluster's Python workers run the project's interpreter.
 
 from __future__ import annotations
 
+import logging
 import json
 import os
 import shutil
@@ -19,21 +20,18 @@ from pathlib import Path
 
 import yaml
 
+from pipelines.flink_run import flink_home
 from pipelines.processes import end_groups, group_alive
-from pipelines.settings import PROJECT_ROOT
+from pipelines.paths import local_state
 
-STATE_DIR = Path(os.environ.get("PIPELINES_FLINK_DIR", PROJECT_ROOT / ".local" / "flink"))
+log = logging.getLogger(__name__)
+
+STATE_DIR = Path(os.environ.get("PIPELINES_FLINK_DIR", local_state("flink")))
 DEFAULT_REST_PORT = int(os.environ.get("PIPELINES_FLINK_REST_PORT", "8081"))
 
 
 class ClusterError(Exception):
     """The cluster could not be started or reached; the message says why."""
-
-
-def flink_home() -> Path:
-    import pyflink
-
-    return Path(pyflink.__file__).parent
 
 
 def _set(tree: dict, dotted: str, value) -> None:
@@ -112,10 +110,10 @@ class Cluster:
         except Exception:  # noqa: BLE001 - not up (yet)
             return None
 
-    def up(self, log=print, wait_s: float = 90.0) -> None:
+    def up(self, wait_s: float = 90.0) -> None:
         info = self.overview()
         if info and info.get("taskmanagers", 0) >= 1:
-            log(f"flink    running at {self.url} ({info['slots-total']} slots)")
+            log.info(f"flink    running at {self.url} ({info['slots-total']} slots)")
             return
         self.write_conf()
         code, err = self._start_daemons("start-cluster.sh")
@@ -125,15 +123,15 @@ class Cluster:
         while time.monotonic() < deadline:
             info = self.overview()
             if info and info.get("taskmanagers", 0) >= 1:
-                log(f"flink    started at {self.url} ({info['slots-total']} slots, logs {self.log_dir})")
+                log.info(f"flink    started at {self.url} ({info['slots-total']} slots, logs {self.log_dir})")
                 return
             time.sleep(0.5)
         raise ClusterError(f"the cluster did not report a TaskManager within {wait_s:.0f}s; "
                            f"see {self.log_dir}:\n{self.log_tail()}")
 
-    def down(self, log=print) -> None:
+    def down(self) -> None:
         if not self.conf_dir.is_dir():
-            log("flink    not running")
+            log.info("flink    not running")
             return
         subprocess.run([str(flink_home() / "bin" / "stop-cluster.sh")], env=self.environ(),
                        capture_output=True, text=True, timeout=120)
@@ -147,7 +145,7 @@ class Cluster:
             groups = [int(g) for g in self.groups_file.read_text().split()]
             end_groups([g for g in groups if group_alive(g)])
             self.groups_file.unlink()
-        log("flink    stopped")
+        log.info("flink    stopped")
 
     @property
     def groups_file(self) -> Path:
@@ -211,24 +209,3 @@ class Cluster:
         if not logs:
             return "(no log written)"
         return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
-
-
-def submit_command(module: str, job_args: list[str], jar_paths: list[Path], url: str,
-                   detached: bool = False, parallelism: int | None = None,
-                   py_files: list[Path] | None = None, extra: list[str] | None = None,
-                   python: str | None = None, flink: str | None = None) -> list[str]:
-    python = python or sys.executable
-    cmd = [flink or str(flink_home() / "bin" / "flink"), "run", "-m", url.removeprefix("http://")]
-    if detached:
-        cmd.append("--detached")
-    if parallelism:
-        cmd += ["-p", str(parallelism)]
-    # One --jarfile is allowed; the job also names every jar in pipeline.jars, which the
-    # client ships with the job graph.
-    if jar_paths:
-        cmd += ["--jarfile", str(jar_paths[0])]
-    cmd += ["-pyexec", python, "-pyclientexec", python, "--pyModule", module]
-    if py_files:
-        cmd += ["--pyFiles", ",".join(str(p) for p in py_files)]
-    cmd += list(extra or [])
-    return cmd + list(job_args)

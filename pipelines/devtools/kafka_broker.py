@@ -6,6 +6,7 @@ jars/broker/pom.xml into .local/kafka/libs; data, config and logs live beside it
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -16,9 +17,11 @@ from pathlib import Path
 
 from pipelines.devtools.ports import port_free
 from pipelines.kafka_clients import quiet_logger
-from pipelines.settings import PROJECT_ROOT
+from pipelines.paths import PROJECT_ROOT, local_state
 
-STATE_DIR = Path(os.environ.get("PIPELINES_KAFKA_DIR", PROJECT_ROOT / ".local" / "kafka"))
+log = logging.getLogger(__name__)
+
+STATE_DIR = Path(os.environ.get("PIPELINES_KAFKA_DIR", local_state("kafka")))
 POM = PROJECT_ROOT / "jars" / "broker" / "pom.xml"
 DEFAULT_PORT = int(os.environ.get("PIPELINES_KAFKA_PORT", "9092"))
 
@@ -61,11 +64,11 @@ class Broker:
 
     # ------------------------------------------------------------------ set-up
 
-    def ensure_libs(self, log=print) -> None:
+    def ensure_libs(self) -> None:
         marker = self.libs / ".complete"
         if marker.is_file() and marker.read_text() == POM.read_text():
             return
-        log(f"resolving the Kafka broker's jars with mvn into {self.libs}")
+        log.info(f"resolving the Kafka broker's jars with mvn into {self.libs}")
         self.libs.mkdir(parents=True, exist_ok=True)
         for old in self.libs.glob("*.jar"):
             old.unlink()
@@ -162,10 +165,10 @@ class Broker:
             return False
         return bool(metadata.brokers)
 
-    def up(self, log=print, wait_s: float = 90.0) -> None:
+    def up(self, wait_s: float = 90.0) -> None:
         """Start the broker unless ours is running already; wait until metadata answers."""
         if self.pid() and self.ready():
-            log(f"kafka    running at {self.bootstrap} (pid {self.pid()})")
+            log.info(f"kafka    running at {self.bootstrap} (pid {self.pid()})")
             return
         if not self.pid():
             for port, role in ((self.port, "client"), (self.ctl_port, "controller")):
@@ -173,7 +176,7 @@ class Broker:
                     raise BrokerError(
                         f"the broker's {role} port {port} is taken by another process; stop it "
                         f"or set PIPELINES_KAFKA_PORT to a port P with P and P+1 free")
-        self.ensure_libs(log)
+        self.ensure_libs()
         props = self._write_config()
         self._format(props)
         heap = os.environ.get("PIPELINES_KAFKA_HEAP", "-Xmx768m")
@@ -193,16 +196,16 @@ class Broker:
                                   f"{': ' + cause if cause else ''}; last lines of "
                                   f"{self.log_file}:\n{self.log_tail()}")
             if self.ready(timeout=1.0):
-                log(f"kafka    started at {self.bootstrap} (pid {proc.pid}, log {self.log_file})")
+                log.info(f"kafka    started at {self.bootstrap} (pid {proc.pid}, log {self.log_file})")
                 return
             time.sleep(0.3)
         raise BrokerError(f"the broker did not answer within {wait_s:.0f}s; last lines of "
                           f"{self.log_file}:\n{self.log_tail()}")
 
-    def down(self, log=print, kill: bool = False, wait_s: float = 60.0) -> None:
+    def down(self, kill: bool = False, wait_s: float = 60.0) -> None:
         pid = self.pid()
         if not pid:
-            log("kafka    not running")
+            log.info("kafka    not running")
             return
         os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
         deadline = time.monotonic() + wait_s
@@ -213,7 +216,7 @@ class Broker:
             while self.pid():
                 time.sleep(0.1)
         _wait_port_free(self.port, 10)
-        log(f"kafka    stopped (pid {pid})")
+        log.info(f"kafka    stopped (pid {pid})")
 
     def status(self) -> str:
         pid = self.pid()
@@ -224,7 +227,7 @@ class Broker:
 
     def transactions(self, args: list[str], bootstrap: str | None = None) -> int:
         """Kafka's own `kafka-transactions` tool (list, describe, find-hanging, abort)."""
-        self.ensure_libs(log=lambda *_: None)
+        self.ensure_libs()
         cmd = ["java", "-cp", f"{self.libs}/*",
                f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
                "org.apache.kafka.tools.TransactionsCommand",

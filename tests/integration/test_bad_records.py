@@ -17,7 +17,7 @@ import pytest
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import company_profile
 from pipelines.devtools.topics import create_topics, produce, read_all, read_messages
-from tests.conftest import run_cli, topic_args
+from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from pipelines.devtools.topics import (
     produce,
     read_all,
 )
-from tests.conftest import run_cli, topic_args
+from tests.support import run_cli, topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,7 @@ from pipelines.devtools.topics import (
     read_all,
 )
 from pipelines.processes import descendants
-from tests.conftest import CLI, ROOT, run_cli, topic_args
+from tests.support import CLI, ROOT, run_cli, topic_args
 from tests.integration.helpers import RunningJob
 from tests.support import kill_tree
 
@@ -196,9 +196,9 @@ def test_broker_restart_mid_stream(kafka, names, job, enrichment_service):
     try:
         wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
         broker = Broker()
-        broker.down(log=lambda *_: None)
+        broker.down()
         time.sleep(5)
-        broker.up(log=lambda *_: None)
+        broker.up()
         assert running.wait(timeout=300) == 0, running.output
     finally:
         running.kill()

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from pipelines import jars
-from tests.conftest import run_cli
+from tests.support import run_cli
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import run_cli, topic_args
+from tests.support import run_cli, topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import ROOT, run_cli, topic_args
+from tests.support import ROOT, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 

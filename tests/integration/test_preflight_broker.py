@@ -12,7 +12,7 @@ from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics
 from pipelines.preflight import broker_problems
 from pipelines.settings import load_settings
-from tests.conftest import run_cli, topic_args
+from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
     """A broker configured with a 5 min limit refuses a 10 min timeout that 15 min allows."""
     strict = Broker(state_dir=tmp_path / "kafka", port=free_ports(2),
                     transaction_max_timeout_ms=300_000)
-    strict.up(log=lambda *_: None)
+    strict.up()
     try:
         bootstrap = strict.bootstrap
         create_topics(bootstrap, {names("in"): 1, names("out"): 1})
@@ -56,7 +56,7 @@ def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
         assert ("600000 ms (10min) is above the broker's transaction.max.timeout.ms=300000 (5min)"
                 in proc.stdout)
     finally:
-        strict.down(log=lambda *_: None)
+        strict.down()
 
 
 def test_taken_controller_port_is_named_before_the_broker_starts(tmp_path):
@@ -67,7 +67,7 @@ def test_taken_controller_port_is_named_before_the_broker_starts(tmp_path):
         blocker.listen()
         broker = Broker(state_dir=tmp_path / "kafka", port=port)
         with pytest.raises(BrokerError) as caught:
-            broker.up(log=lambda *_: None)
+            broker.up()
     assert str(caught.value) == (
         f"the broker's controller port {port + 1} is taken by another process; stop it or set "
         f"PIPELINES_KAFKA_PORT to a port P with P and P+1 free")

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
-from tests.conftest import run_cli, topic_args
+from tests.support import run_cli, topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration

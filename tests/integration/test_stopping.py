@@ -16,7 +16,7 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, produce
-from tests.conftest import topic_args
+from tests.support import topic_args
 from tests.integration.helpers import RunningJob
 from tests.support import kill_tree, wait_gone
 

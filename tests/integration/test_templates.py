@@ -1,17 +1,22 @@
-"""A job made by `pipelines new` passes its own generated test at once, in a fresh copy
-of the project (so nothing here leaks into the working tree)."""
+"""A job made by `pipelines new` passes its own generated test at once, and takes a lookup
+client of the user's own, each in a fresh copy of the project (so nothing here leaks into
+the working tree)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from pipelines import jars
-from tests.conftest import ROOT
+from pipelines.devtools.topics import create_topics, produce, read_all
+from tests.support import ROOT, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -19,14 +24,24 @@ SKIP = shutil.ignore_patterns(".git", ".venv", ".local", "dist", "__pycache__", 
                               ".pytest_cache", "*.egg-info")
 
 
-@pytest.mark.parametrize("template", ["enrich", "windowed"])
-def test_new_job_passes_its_own_test(tmp_path, kafka, template):
+def fresh_copy(tmp_path):
     copy = tmp_path / "project"
     shutil.copytree(ROOT, copy, ignore=SKIP)
-    env = {**os.environ, "PYTHONPATH": str(copy), "PIPELINES_JAR_LIB": str(jars.LIB_DIR)}
+    env = {**os.environ, "PIPELINES_JAR_LIB": str(jars.LIB_DIR)}
+    env["PYTHONPATH"] = str(copy)
+    return copy, env
+
+
+def cli(copy, env, *args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=copy, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("template", ["enrich", "windowed", "passthrough"])
+def test_new_job_passes_its_own_test(tmp_path, kafka, template):
+    copy, env = fresh_copy(tmp_path)
     name = f"my_{template}"
-    made = subprocess.run([sys.executable, "-m", "pipelines.cli", "new", name, "--from", template],
-                          cwd=copy, env=env, capture_output=True, text=True, timeout=60)
+    made = cli(copy, env, "new", name, "--from", template)
     assert made.returncode == 0, made.stderr
     assert f"created pipelines/jobs/{name}.py" in made.stdout
     tested = subprocess.run(
@@ -36,3 +51,68 @@ def test_new_job_passes_its_own_test(tmp_path, kafka, template):
     print(tested.stdout[-400:])
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
     assert "1 passed" in tested.stdout
+
+
+# A client the way a user writes one: a module of their own, answering from a table. No
+# HTTP service runs in this test: preflight finds nothing to check, and every lookup is
+# this client's.
+TABLE_CLIENT = '''
+"""Customer tiers from a table: a lookup client of this project's contract."""
+
+from pipelines.lookups import PermanentLookupError
+
+TIERS = {"acme": {"tier": "gold"}, "globex": {"tier": "silver"}}
+
+
+class TierTable:
+    async def lookup(self, record: dict) -> dict:
+        try:
+            return TIERS[record["customer"]]
+        except KeyError:
+            raise PermanentLookupError(f"no tier for {record['customer']!r}") from None
+
+    async def close(self) -> None:
+        pass
+'''
+
+
+def test_new_job_runs_with_a_client_of_its_own(tmp_path, kafka, names):
+    copy, env = fresh_copy(tmp_path)
+    made = cli(copy, env, "new", "orders", "--from", "enrich")
+    assert made.returncode == 0, made.stderr
+    module_path = copy / "pipelines" / "jobs" / "orders.py"
+    module = module_path.read_text()
+    # The generated module shows where the client plugs in: one function, one line to change.
+    plug = "    return DemoHttpClient.from_settings(settings)\n"
+    assert "def lookup_client(settings: Settings) -> EnrichmentClient:" in module
+    assert module.count(plug) == 1
+    (copy / "pipelines" / "lookups" / "tiers.py").write_text(TABLE_CLIENT)
+    module_path.write_text(module.replace(
+        plug, "    from pipelines.lookups.tiers import TierTable\n\n    return TierTable()\n"))
+    # ...and its records are keyed by customer, not by the demo's company.
+    conf_path = copy / "conf" / "base" / "orders.yaml"
+    conf = yaml.safe_load(conf_path.read_text())
+    conf["parse"]["required_fields"] = {"id": "any", "customer": "string"}
+    conf_path.write_text(yaml.safe_dump(conf, sort_keys=False))
+
+    customers = ["acme", "globex", "initech"]
+    records = [{"id": i, "customer": customers[i % 3]} for i in range(90)]
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), [json.dumps(r) for r in records] + ["not json"])
+    ran = cli(copy, env, "run", "orders", *topic_args(kafka, names, dead_letters=True),
+              "--set", "enrichment.url=http://127.0.0.1:9/nothing-listens-here",
+              "--set", "source.bounded=true", "--set", "checkpoint.interval=1s", timeout=300)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+
+    out = {r["id"]: r for r in map(json.loads, read_all(kafka, names("out")))}
+    tiers = {"acme": {"tier": "gold"}, "globex": {"tier": "silver"}}
+    assert {i: (r["customer"], r["enrichment"]) for i, r in out.items()} == {
+        r["id"]: (r["customer"], tiers[r["customer"]]) for r in records if r["customer"] in tiers}
+    dead = [json.loads(v) for v in read_all(kafka, names("dlq"))]
+    refused = [d for d in dead if d["stage"] == "enrich"]
+    assert sorted(json.loads(base64.b64decode(d["value_b64"]))["id"] for d in refused) == [
+        r["id"] for r in records if r["customer"] == "initech"]
+    assert {d["error"] for d in refused} == {"enrichment refused the record: no tier for 'initech'"}
+    assert [d["error"] for d in dead if d["stage"] == "parse"] == [
+        "not valid JSON: Expecting value at line 1 column 1"]
+    assert {d["job"] for d in dead} == {"orders"}

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.conftest import topic_args
+from tests.support import topic_args
 from tests.integration.helpers import RunningJob
 
 pytestmark = pytest.mark.integration

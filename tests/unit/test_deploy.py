@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.devtools.flink_cluster import flink_home
+from pipelines.flink_run import flink_home
 from pipelines.settings import load_settings
 from pipelines.templates import package_job
 

@@ -14,9 +14,10 @@ from pipelines.enrichment import (
     DEAD_MARK,
     EnrichmentFailed,
     RecordEnricher,
-    make_client,
+    stage_client,
     worst_case_ms,
 )
+from pipelines.lookups.http_demo import DemoHttpClient
 from pipelines.parse import UnexpectedErrors
 from pipelines.settings import EnrichmentSettings, ErrorSettings, OnFailure
 
@@ -36,7 +37,7 @@ async def _with_service(behaviour: Behaviour, cfg_kwargs: dict, records: list[di
     server = TestServer(make_app(behaviour), host="127.0.0.1")
     await server.start_server()
     cfg = EnrichmentSettings(url=f"http://127.0.0.1:{server.port}", **cfg_kwargs)
-    enricher = _enricher(make_client(cfg), cfg, **kw)
+    enricher = _enricher(stage_client(DemoHttpClient(cfg.url, cfg.capacity), cfg), cfg, **kw)
     try:
         texts = await asyncio.gather(*(enricher.one(r) for r in records))
         return [_decode(t) for t in texts], enricher.stats.counts

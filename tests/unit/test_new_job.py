@@ -59,7 +59,8 @@ def test_new_job_owns_its_topics_group_and_prefix(project, template):
     assert conf["sink"]["topic"] == "orders-out"
     assert conf["sink"]["transactional_id_prefix"] == "orders"
     assert conf["sink"]["dead_letter_topic"] == "orders-dead-letters"
-    assert 'job_main("orders"' in created.module.read_text()
+    # A job's name is its module's: the copy is the template's source, unchanged.
+    assert created.module.read_bytes() == (project / "pipelines" / "jobs" / f"{template}.py").read_bytes()
     compile(created.module.read_text(), str(created.module), "exec")
     compile(created.test.read_text(), str(created.test), "exec")
 
@@ -71,3 +72,34 @@ def test_cli_error_is_one_line(project):
     assert proc.stderr.strip().splitlines() == [
         "error: job name 'Bad-Name' is not allowed: use a lowercase Python identifier (letters, "
         "digits, underscores; starting with a letter), e.g. orders_enrich"]
+
+
+def test_a_jobs_name_is_its_modules_also_as_main(monkeypatch):
+    import types
+
+    from pipelines import jobs
+
+    for module_name, spec_name in (("pipelines.jobs.orders", "pipelines.jobs.orders"),
+                                   ("__main__", "pipelines.jobs.orders")):
+        module = types.ModuleType(module_name)
+        module.__spec__ = types.SimpleNamespace(name=spec_name)
+        exec("def build(env, settings): pass", module.__dict__)
+        monkeypatch.setitem(sys.modules, module_name, module)
+        assert jobs.name_of(module.build) == "orders"
+
+
+def test_every_job_is_discovered_and_copyable(project):
+    from pipelines import jobs
+
+    assert jobs.names() == ["enrich", "passthrough", "windowed"]
+    assert jobs.names(project / "pipelines" / "jobs") == jobs.names()
+    created = new_job("copy_of_copy", "passthrough", project)
+    assert "def test_copy_of_copy_copies_every_record_once" in created.test.read_text()
+    again = new_job("third", "copy_of_copy", project)
+    assert again.module.read_bytes() == created.module.read_bytes()
+
+
+def test_unknown_template_lists_the_jobs(project):
+    with pytest.raises(ConfigError) as err:
+        new_job("orders", "nope", project)
+    assert str(err.value) == "--from 'nope' is not a job; allowed: enrich, passthrough, windowed"

@@ -151,15 +151,18 @@ def test_secret_reference_to_unset_env_names_it(tmp_path, monkeypatch):
 
 def test_error_lines_mask_secrets_of_loaded_configs(tmp_path, capsys):
     from pipelines.runner import guarded
+    from pipelines.settings import SecretMask
 
     conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
                                   "username: u, password: '${env:TEST_KAFKA_PASSWORD}'}}\n")
-    load_settings("demo", conf_dir=conf, environ={})
+    mask = SecretMask().learn(load_settings("demo", conf_dir=conf, environ={}).settings)
 
     def fails() -> int:
         raise ConfigError("login failed with password s3cr3t-value for user u")
 
-    assert guarded(fails) == 2
+    assert guarded(fails) == 2  # no config learned: nothing to mask, and no global state
+    assert "s3cr3t-value" in capsys.readouterr().err
+    assert guarded(fails, mask) == 2
     assert capsys.readouterr().err.strip() == "error: login failed with password ****** for user u"
 
 

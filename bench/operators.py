@@ -32,7 +32,7 @@ from pipelines.devtools.topics import (
     produce,
     read_all,
 )
-from pipelines.settings import PROJECT_ROOT
+from pipelines.paths import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
 PLAIN_MAP_RATE_NOTE = "plain Python map rate, measured in the same run"
@@ -168,9 +168,9 @@ def main(argv: list[str] | None = None) -> None:
         _chart([Result(**r) for r in saved["results"]])
         return
     broker = Broker()
-    broker.up(log=lambda *_: None)
+    broker.up()
     service = Service(port=free_ports())
-    service.up(latency_ms=50, log=lambda *_: None)
+    service.up(latency_ms=50)
     results: list[Result] = []
     try:
         map_rate = plain_map_rate(broker.bootstrap, 100_000 if not args.quick else 30_000)
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
                 result.ratio_to_async = result.rate / row["async"].rate
                 results.append(result)
     finally:
-        service.down(log=lambda *_: None)
+        service.down()
     write_results(results, map_rate)
 
 

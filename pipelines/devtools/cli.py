@@ -1,0 +1,168 @@
+"""The `pipelines` command a developer types: every command of pipelines/cli.py, plus the
+local infrastructure this checkout runs (a Kafka broker and a Flink cluster from jars, the
+demo enrichment service, demo data) and `submit` to that local cluster.
+
+Kept apart from pipelines/cli.py so that nothing a cluster runs imports devtools, and a
+package (`pipelines package`) ships without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipelines import cli
+from pipelines.processes import ProcessGroups
+from pipelines.runner import Failure, load, prepare
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.build_parser(__doc__)
+    sub = cli.subcommands(parser)
+    submit = cli.job_parser(sub, "submit", "submit a job with `flink run` to the local standalone cluster")
+    submit.add_argument("--detached", action="store_true", help="return once submitted")
+
+    demo = cli.job_parser(sub, "demo", "create the job's topics and produce demo records")
+    demo.add_argument("--records", type=int, default=1000)
+    demo.add_argument("--bad-every", type=int, default=100,
+                      help="every Nth record is malformed (0: none)")
+    demo.add_argument("--partitions", type=int, default=3)
+
+
+    kafka = sub.add_parser("kafka", help="the local jar-run Kafka broker")
+    kafka.add_argument("action", choices=["up", "down", "status", "transactions"])
+    kafka.add_argument("tool_args", nargs=argparse.REMAINDER,
+                       help="transactions: arguments for Kafka's kafka-transactions tool, "
+                            "e.g. list | find-hanging --broker-id 1 | abort --topic T ...")
+    kafka.add_argument("--transaction-max-timeout-ms", type=int,
+                       help="broker transaction.max.timeout.ms (default: Kafka's 900000)")
+
+    cluster = sub.add_parser("cluster", help="the local standalone Flink cluster")
+    cluster.add_argument("action", choices=["up", "down", "status"])
+
+    enrichment = sub.add_parser("enrichment", help="the local demo enrichment HTTP service")
+    enrichment.add_argument("action", choices=["up", "down", "status"])
+    enrichment.add_argument("--port", type=int, default=None)
+    enrichment.add_argument("--latency", default="50ms", help="per lookup, e.g. 50ms")
+    enrichment.add_argument("--failure-rate", type=float, default=0.0)
+    return parser
+
+
+def _submit(args) -> int:
+    """Package the job, then `flink run` the package: what the cluster runs is what a
+    cluster elsewhere would get, not this working tree."""
+    import subprocess
+
+    from pipelines.devtools.flink_cluster import Cluster
+    from pipelines.flink_run import flink_binary
+    from pipelines.paths import local_state
+    from pipelines.templates import package_job
+
+    loaded = prepare(args.job, args)
+    cluster = Cluster()
+    if not cluster.overview():
+        raise Failure(f"no Flink cluster answers at {cluster.url}: start one with `make cluster-up`")
+    package = package_job(loaded, local_state("packages", args.job),
+                          python=sys.executable, flink=flink_binary(), rest_url=cluster.url)
+    extra = ["--skip-preflight"]
+    if args.from_checkpoint:
+        extra += ["--from-checkpoint", args.from_checkpoint]
+    command = package.command[:]
+    if args.detached:
+        command.insert(command.index("run") + 1, "--detached")
+    env = {**cluster.environ(), "PYTHONPATH": str(package.root)}
+    # `flink run` is a JVM that starts a Python client: both in a group we end on any exit.
+    owner = ProcessGroups()
+    try:
+        proc = owner.popen(command + extra, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=package.root)
+        stdout, stderr = proc.communicate()
+    finally:
+        owner.end()
+    sys.stdout.write(stdout)
+    if proc.returncode != 0:
+        tail = [line for line in (stdout + stderr).splitlines() if line.strip()][-5:]
+        raise Failure(f"flink run failed (exit {proc.returncode}): " + " | ".join(tail))
+    return 0
+
+
+
+
+def _demo(args) -> int:
+    from pipelines.devtools.demo import prepare_demo
+
+    loaded = load(args.job, args)
+    prepare_demo(loaded.settings, records=args.records, bad_every=args.bad_every,
+                 partitions=args.partitions)
+    return 0
+
+
+
+
+def _kafka(args) -> int:
+    from pipelines.devtools.kafka_broker import Broker, BrokerError
+
+    broker = Broker(transaction_max_timeout_ms=args.transaction_max_timeout_ms)
+    try:
+        if args.action == "up":
+            broker.up()
+        elif args.action == "down":
+            broker.down()
+        elif args.action == "transactions":
+            return broker.transactions(args.tool_args)
+        else:
+            print(broker.status())
+    except BrokerError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
+
+
+def _cluster(args) -> int:
+    from pipelines.devtools.flink_cluster import Cluster, ClusterError
+
+    cluster = Cluster()
+    try:
+        {"up": cluster.up, "down": cluster.down,
+         "status": lambda: print(cluster.status())}[args.action]()
+    except ClusterError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
+
+
+def _enrichment(args) -> int:
+    from pipelines.devtools.enrichment_service import DEFAULT_PORT, Service, ServiceError
+    from pipelines.settings import parse_duration_ms
+
+    service = Service(port=args.port or DEFAULT_PORT)
+    try:
+        latency_ms = parse_duration_ms(args.latency)
+    except ValueError as exc:
+        raise Failure(f"--latency: {exc}") from None
+    if not 0.0 <= args.failure_rate <= 1.0:
+        raise Failure(f"--failure-rate: {args.failure_rate} is not between 0 and 1")
+    try:
+        if args.action == "up":
+            service.up(latency_ms=latency_ms, failure_rate=args.failure_rate)
+        elif args.action == "down":
+            service.down()
+        else:
+            print(service.status())
+    except ServiceError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
+HANDLERS = {"submit": _submit, "demo": _demo, "kafka": _kafka, "cluster": _cluster,
+            "enrichment": _enrichment}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.main(argv, build_parser(), {**cli.HANDLERS, **HANDLERS})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

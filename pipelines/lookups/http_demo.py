@@ -1,0 +1,101 @@
+"""The demo enrichment service's client: company profiles over HTTP.
+
+One implementation of pipelines.lookups.EnrichmentClient; the only place that knows the
+demo's request shapes (`GET /lookup?company=NAME`, `POST /lookup/batch {"companies": [...]}`)
+and its record field (`company`). Replace it, not the stage, to call your own service.
+"""
+
+from __future__ import annotations
+
+from pipelines.lookups import EnrichmentFailed, PermanentLookupError, TransientLookupError
+
+
+def http_error(status: int, url: str) -> EnrichmentFailed:
+    """4xx (but 408 and 429) means this request will never succeed; anything else may."""
+    cls = (PermanentLookupError if 400 <= status < 500 and status not in (408, 429)
+           else TransientLookupError)
+    return cls(f"HTTP {status} from {url}")
+
+
+class DemoHttpClient:
+    """Looks up `record["company"]`; one pooled aiohttp session per event loop, created
+    on first use (on the worker's loop, not where the client was built)."""
+
+    KEY_FIELD = "company"
+
+    def __init__(self, url: str, max_connections: int = 100, health_url: str | None = None):
+        self.base = url.rstrip("/")
+        self.url = self.base + "/lookup"
+        self.batch_url = self.base + "/lookup/batch"
+        self.health_url = health_url
+        self.max_connections = max_connections
+        self._session = None
+
+    @classmethod
+    def from_settings(cls, settings) -> "DemoHttpClient":
+        """From the `enrichment:` settings: url, health_url, and one connection per lookup
+        in flight (capacity)."""
+        cfg = settings.enrichment
+        return cls(cfg.url, cfg.capacity, cfg.health_url)
+
+    async def _ensure(self):
+        if self._session is None:
+            import aiohttp
+
+            connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def lookup(self, record: dict) -> dict:
+        import aiohttp
+
+        session = await self._ensure()
+        try:
+            async with session.get(self.url, params={"company": str(record[self.KEY_FIELD])}) as resp:
+                if resp.status != 200:
+                    raise http_error(resp.status, self.url)
+                return await resp.json()
+        except aiohttp.ClientError as exc:
+            raise TransientLookupError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def lookup_batch(self, records: list[dict]) -> list[dict | EnrichmentFailed]:
+        import aiohttp
+
+        session = await self._ensure()
+        companies = [str(r[self.KEY_FIELD]) for r in records]
+        try:
+            async with session.post(self.batch_url, json={"companies": companies}) as resp:
+                if resp.status != 200:
+                    raise http_error(resp.status, self.batch_url)
+                results = (await resp.json())["results"]
+        except aiohttp.ClientError as exc:
+            raise TransientLookupError(f"{type(exc).__name__}: {exc}") from exc
+        return [http_error(int(r.get("status", 500)), self.batch_url) if "error" in r else r
+                for r in results]
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def check(self, timeout_s: float = 5.0) -> tuple[str, str] | None:
+        """The service must answer (any HTTP status will do: it is listening). Otherwise
+        every lookup fails and, under any policy, the job's output is not what the user
+        expects; better to say so before starting."""
+        import urllib.error
+        import urllib.request
+
+        url = self.health_url or self.base
+        key = "enrichment.health_url" if self.health_url else "enrichment.url"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s):
+                return None
+        except urllib.error.HTTPError:
+            return None  # it answered
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            if isinstance(reason, OSError) and reason.strerror:
+                reason = reason.strerror
+            return key, (f"no enrichment service answered at {url} within {timeout_s:.0f}s "
+                         f"({reason}); start it (the demo: `make enrichment-up`) or pass "
+                         f"--skip-preflight")

@@ -1,0 +1,28 @@
+"""Where this checkout keeps things: one place, so nothing else computes a path from
+`__file__`. Local state (brokers, clusters, checkpoints, logs) lives under `.local/`,
+which is git-ignored and never packaged."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = PROJECT_ROOT / "conf"
+JARS_DIR = PROJECT_ROOT / "jars"
+LOCAL_DIR = PROJECT_ROOT / ".local"
+
+
+def conf_dir() -> Path:
+    """The config root: $PIPELINES_CONF_DIR, or the project's conf/."""
+    return Path(os.environ.get("PIPELINES_CONF_DIR", CONF_DIR))
+
+
+def local_state(*parts: str) -> Path:
+    """A path under .local/ (not created)."""
+    return LOCAL_DIR.joinpath(*parts)
+
+
+def worker_log(job: str) -> Path:
+    """Where a local run's Python worker output goes (see runner.WorkerOutput)."""
+    return local_state("logs", f"{job}-python-worker.log")

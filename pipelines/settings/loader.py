@@ -1,0 +1,255 @@
+"""The layered loader: every layer merged, secret references resolved, one validation,
+and for each leaf key the layer that set it (its provenance). Layers, lowest first:
+
+    defaults in code < conf/base/<job>.yaml < conf/<env>/<job>.yaml
+    < conf/local/<job>.yaml (git-ignored) < PIPELINES__SECTION__KEY env vars < --set key=value
+
+so an error names the file and the key, and `pipelines config show` says where each value
+came from.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pipelines import paths
+from pipelines.settings.schema import Settings
+from pipelines.settings.secrets import (
+    DEFAULT_SOURCE,
+    is_secret_key,
+    mask_value,
+    resolve_secret_refs,
+)
+from pipelines.settings.values import ConfigError
+
+ENV_PREFIX = "PIPELINES__"
+
+
+class Loaded:
+    """Validated settings plus, for each leaf key, the layer that set it."""
+
+    def __init__(self, settings: Settings, sources: dict[str, str], raw: dict[str, Any]):
+        self.settings = settings
+        self.sources = sources
+        self.raw = raw
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value and not dotted.endswith("properties"):
+            flat.update(_flatten(value, dotted + "."))
+        elif isinstance(value, dict) and dotted.endswith("properties"):
+            for k, v in value.items():
+                flat[f"{dotted}.{k}"] = v
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _merge(base: dict[str, Any], overlay: dict[str, Any], origin: str,
+           sources: dict[str, str], prefix: str = "") -> None:
+    for key, value in overlay.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value, origin, sources, dotted + ".")
+        else:
+            base[key] = value
+            if isinstance(value, dict):
+                for leaf in _flatten(value, dotted + "."):
+                    sources[leaf] = origin
+            sources[dotted] = origin
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    # Kafka property names contain dots: everything after `properties.` is one key.
+    if "properties" in parts:
+        i = parts.index("properties")
+        parts = parts[: i + 1] + [".".join(parts[i + 1:])] if i + 1 < len(parts) else parts
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{_rel(path)}:{where}: not valid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{_rel(path)}: the top level must be a mapping of sections, "
+                          f"not {type(data).__name__}")
+    return data
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _scalar(text: str) -> Any:
+    """`--set` and env values are YAML scalars: 3 is an int, true a bool, [a,b] a list."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _value_for(dotted: str, text: str) -> Any:
+    """A secret is the text as given: YAML would turn `12345678` into a number (then echo
+    it in a type error) and `0123` into 83."""
+    return text if is_secret_key(dotted) else _scalar(text)
+
+
+def _allowed_for(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
+    """What a key may hold, for messages: the enum values or the section's known keys."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            names = ", ".join(sorted(fields)) if fields else None
+            return f"known keys here: {names}" if names else None
+        annotation = fields[part].annotation
+        current = _unwrap(annotation)
+    if isinstance(current, type) and issubclass(current, Enum):
+        return "allowed: " + ", ".join(m.value for m in current)
+    return None
+
+
+def _unwrap(annotation: Any) -> Any:
+    args = getattr(annotation, "__args__", None)
+    if args:
+        for arg in args:
+            inner = _unwrap(arg)
+            if isinstance(inner, type) and (issubclass(inner, (BaseModel, Enum))):
+                return inner
+    return annotation
+
+
+def _explain(exc: ValidationError, sources: dict[str, str]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc)
+        etype = err["type"]
+        if etype == "extra_forbidden":
+            section = loc[:-1]
+            allowed = _allowed_for(Settings, section + ("\0",)) or ""
+            msg = f"unknown key; {allowed}"
+        elif etype == "missing":
+            msg = "required but not set"
+        elif etype == "enum":
+            allowed = _allowed_for(Settings, loc) or ""
+            msg = f"{err.get('input')!r} is not allowed; {allowed}"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if is_secret_key(key):
+                msg = f"{msg} (value not shown: it is a secret; quote it in YAML)"
+            elif "input" in err and etype not in ("value_error",) and not isinstance(err["input"], dict):
+                msg = f"{msg} (got {err['input']!r})"
+        origin = _origin_of(key, sources)
+        lines.append(f"{origin}: {key}: {msg}")
+    return "\n".join(lines)
+
+
+def _origin_of(key: str, sources: dict[str, str]) -> str:
+    probe = key
+    while probe:
+        if probe in sources:
+            return sources[probe]
+        probe = probe.rpartition(".")[0]
+    # a section-level problem: name the files that touched the section
+    touched = sorted({v for k, v in sources.items() if k.startswith(key + ".")})
+    return " + ".join(touched) if touched else DEFAULT_SOURCE
+
+
+def load_settings(
+    job: str,
+    env: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    conf_dir: Path | str | None = None,
+    environ: dict[str, str] | None = None,
+) -> Loaded:
+    """Build validated settings for `job` from every layer; raise ConfigError otherwise."""
+    conf = Path(conf_dir) if conf_dir else paths.conf_dir()
+    environ = os.environ if environ is None else environ
+    tree: dict[str, Any] = {"job": {"name": job}}
+    sources: dict[str, str] = {"job.name": DEFAULT_SOURCE}
+
+    base = conf / "base" / f"{job}.yaml"
+    if not base.is_file():
+        known = sorted(p.stem for p in (conf / "base").glob("*.yaml"))
+        raise ConfigError(f"{_rel(base)}: no such job config; jobs with a config: "
+                          f"{', '.join(known) or 'none'}")
+    layers = [base]
+    if env:
+        overlay = conf / env / f"{job}.yaml"
+        if not overlay.is_file():
+            envs = sorted(p.name for p in conf.iterdir() if p.is_dir() and p.name not in ("base", "local"))
+            raise ConfigError(f"{_rel(overlay)}: no overlay for env {env!r}; "
+                              f"envs with a {job}.yaml: "
+                              f"{', '.join(e for e in envs if (conf / e / f'{job}.yaml').is_file()) or 'none'}")
+        layers.append(overlay)
+    local = conf / "local" / f"{job}.yaml"
+    if local.is_file():
+        layers.append(local)
+    for path in layers:
+        _merge(tree, _read_yaml(path), _rel(path), sources)
+
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX):
+            dotted = name[len(ENV_PREFIX):].lower().replace("__", ".")
+            piece: dict[str, Any] = {}
+            _set_dotted(piece, dotted, _value_for(dotted, environ[name]))
+            _merge(tree, piece, f"env {name}", sources)
+
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item}: expected key=value, e.g. --set source.group_id=my-group")
+        key, _, value = item.partition("=")
+        piece = {}
+        _set_dotted(piece, key.strip(), _value_for(key.strip(), value))
+        _merge(tree, piece, "--set", sources)
+
+    resolved = resolve_secret_refs(tree, sources)
+    try:
+        settings = Settings.model_validate(resolved)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, sources)) from None
+    if settings.job.name != job:
+        raise ConfigError(f"{sources.get('job.name')}: job.name: {settings.job.name!r} must match "
+                          f"the job being run ({job!r})")
+    return Loaded(settings, sources, resolved)
+
+
+def effective_view(loaded: Loaded) -> list[tuple[str, str, str]]:
+    """(key, value, where it came from) for every leaf, secrets masked: for printing."""
+    dumped = loaded.settings.model_dump(mode="json")
+    rows = []
+    for key, value in sorted(_flatten(dumped).items()):
+        shown = mask_value(key, value)
+        rows.append((key, shown, _origin_of(key, loaded.sources) if key in loaded.sources
+                     or any(k.startswith(key) for k in loaded.sources) else DEFAULT_SOURCE))
+    return rows
+
+

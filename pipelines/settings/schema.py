@@ -1,0 +1,412 @@
+"""The settings schema: one typed section per concern, validated once, before anything
+touches Flink. Every key is in the README's "Configuration" table."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from pipelines.settings.values import Model, duration_fields, parse_duration_ms  # noqa: F401
+
+
+# --------------------------------------------------------------------------- kafka
+
+class SecurityProtocol(str, Enum):
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+
+class SaslMechanism(str, Enum):
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+class KafkaSecurity(Model):
+    """Secrets never sit in committed files: write `${env:NAME}` or `${file:path}`."""
+
+    protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    sasl_mechanism: SaslMechanism | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    ssl_truststore_location: str | None = None
+    ssl_truststore_password: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> "KafkaSecurity":
+        if self.protocol.value.startswith("SASL") and not (
+            self.sasl_mechanism and self.username and self.password
+        ):
+            raise ValueError(
+                "SASL needs sasl_mechanism, username and password "
+                "(password as ${env:NAME} or ${file:path})"
+            )
+        return self
+
+
+class KafkaConnection(Model):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    properties: dict[str, str] = Field(default_factory=dict)
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity)
+
+    @field_validator("properties", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(val).lower() if isinstance(val, bool) else str(val)
+                    for k, val in v.items()}
+        return v
+
+
+# --------------------------------------------------------------------------- source
+
+class StartMode(str, Enum):
+    GROUP_OFFSETS = "group-offsets"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    SPECIFIC_OFFSETS = "specific-offsets"
+    TIMESTAMP = "timestamp"
+
+
+class OffsetReset(str, Enum):
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    FAIL = "fail"
+
+
+class IsolationLevel(str, Enum):
+    READ_COMMITTED = "read_committed"
+    READ_UNCOMMITTED = "read_uncommitted"
+
+
+class PartitionOffset(Model):
+    topic: str
+    partition: int = Field(ge=0)
+    offset: int = Field(ge=0)
+
+
+class StartPosition(Model):
+    mode: StartMode = StartMode.GROUP_OFFSETS
+    # group-offsets: where to start when the group has no committed offset;
+    # specific-offsets: where partitions that are not listed start.
+    fallback: OffsetReset = OffsetReset.EARLIEST
+    offsets: list[PartitionOffset] = Field(default_factory=list)
+    timestamp: int | None = None  # epoch milliseconds after parsing
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _parse_timestamp(cls, v: Any) -> Any:
+        if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+            return v
+        if isinstance(v, datetime):
+            return int(v.timestamp() * 1000)
+        if isinstance(v, str):
+            if v.strip().isdigit():
+                return int(v)
+            try:
+                parsed = datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"{v!r} is neither ISO-8601 nor epoch milliseconds") from None
+            if parsed.tzinfo is None:
+                raise ValueError(f"{v!r} has no time zone; add one, e.g. 2024-01-01T00:00:00Z")
+            return int(parsed.timestamp() * 1000)
+        raise ValueError("expected ISO-8601 text or epoch milliseconds")
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> "StartPosition":
+        if self.mode is StartMode.SPECIFIC_OFFSETS and not self.offsets:
+            raise ValueError("mode specific-offsets needs at least one entry in offsets")
+        if self.mode is StartMode.TIMESTAMP and self.timestamp is None:
+            raise ValueError("mode timestamp needs timestamp (ISO-8601 or epoch ms)")
+        return self
+
+
+class SourceSettings(Model):
+    topics: list[str] = Field(default_factory=list)
+    topic_pattern: str | None = None
+    group_id: str | None = None
+    start: StartPosition = Field(default_factory=StartPosition)
+    commit_offsets_on_checkpoint: bool = True
+    partition_discovery_interval: int | None = 300_000
+    isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
+    # Stop at the log-end offsets seen at start: a backfill, a demo, a test.
+    bounded: bool = False
+    # Records per Kafka poll; null: enrichment.capacity. The source commits offsets from
+    # its fetcher thread, which waits while a polled batch is still being worked through:
+    # measured here, 500 records behind 250 ms lookups held commits for ~27 s.
+    max_poll_records: int | None = Field(default=None, ge=1)
+    # Kafka consumer properties for the source only (kafka.properties apply to both).
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    _dur = duration_fields("partition_discovery_interval")
+
+    _props = field_validator("properties", mode="before")(
+        lambda cls, v: KafkaConnection._stringify(v))
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _one_topic(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _topics_xor_pattern(self) -> "SourceSettings":
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ValueError("set exactly one of topics or topic_pattern")
+        if self.topic_pattern:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as exc:
+                raise ValueError(f"topic_pattern is not a valid regex: {exc}") from None
+        return self
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+class CheckpointMode(str, Enum):
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+
+
+class Retention(str, Enum):
+    RETAIN = "retain"   # keep the last checkpoint when the job is cancelled: it can be resumed
+    DELETE = "delete"   # drop it on cancellation; kept only when the job fails
+
+
+class CheckpointSettings(Model):
+    enabled: bool = True
+    interval: int = Field(default=10_000, ge=10)
+    mode: CheckpointMode = CheckpointMode.EXACTLY_ONCE
+    min_pause: int = 500
+    timeout: int = Field(default=120_000, ge=10)
+    max_concurrent: int = Field(default=1, ge=1)
+    tolerable_failures: int = Field(default=0, ge=0)
+    retention: Retention = Retention.RETAIN
+    # `{job}` is replaced by the job name, so jobs never share a checkpoint directory.
+    # Unset: .local/checkpoints/{job} (and .local/savepoints/{job}) of the checkout or
+    # package the job runs from, resolved at run time (environment.checkpoint_dir), so a
+    # packaged config never carries the building machine's paths.
+    storage: str | None = None
+    savepoints: str | None = None
+    unaligned: bool = False
+
+    _dur = duration_fields("interval", "min_pause", "timeout")
+
+    @model_validator(mode="after")
+    def _unaligned_needs_exactly_once(self) -> "CheckpointSettings":
+        if self.unaligned and self.mode is CheckpointMode.AT_LEAST_ONCE:
+            raise ValueError("unaligned checkpoints need mode exactly-once "
+                             "(Flink ignores them under at-least-once)")
+        return self
+
+    @field_validator("storage", "savepoints")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if "://" not in v:
+            if not v.startswith("/"):
+                raise ValueError(f"{v!r} must be a URI (file:///..., s3://...) or an absolute path")
+            return "file://" + v
+        return v
+
+
+class RestartStrategy(str, Enum):
+    FIXED_DELAY = "fixed-delay"
+    EXPONENTIAL_DELAY = "exponential-delay"
+    NONE = "none"
+
+
+class RestartSettings(Model):
+    strategy: RestartStrategy = RestartStrategy.FIXED_DELAY
+    attempts: int = Field(default=3, ge=0)
+    delay: int = 2_000
+    max_delay: int = 60_000
+
+    _dur = duration_fields("delay", "max_delay")
+
+
+# --------------------------------------------------------------------------- sink
+
+class DeliveryGuarantee(str, Enum):
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    NONE = "none"
+
+
+class SinkSettings(Model):
+    topic: str
+    delivery: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
+    transactional_id_prefix: str | None = None
+    # Must exceed checkpoint interval + timeout and stay within the broker's
+    # transaction.max.timeout.ms (900000 by default); Flink's own default (1 h) does not.
+    transaction_timeout: int = 600_000
+    dead_letter_topic: str | None = None
+    # Largest dead-letter message; null: the producer's max.request.size (kafka.properties,
+    # Kafka's default 1 MiB). Larger originals are truncated, their size and digest kept.
+    dead_letter_max_bytes: int | None = Field(default=None, ge=16_384)
+
+    _dur = duration_fields("transaction_timeout")
+
+    def max_record_bytes(self, kafka: "KafkaConnection") -> int:
+        """What one record written by this job's sinks may weigh."""
+        return int(kafka.properties.get("max.request.size", 1_048_576))
+
+    def dead_letter_bytes(self, kafka: "KafkaConnection") -> int:
+        return min(self.dead_letter_max_bytes or 1 << 62, self.max_record_bytes(kafka))
+
+
+# --------------------------------------------------------------------------- enrichment
+
+class OnFailure(str, Enum):
+    DEAD_LETTER = "dead-letter"    # the record goes to dead letters with the reason: replayable
+    MARK_MISSING = "mark-missing"  # emit the record with enrichment missing and why
+    FAIL = "fail"                  # fail the job (the restart strategy decides what next)
+
+
+class EnrichmentOperator(str, Enum):
+    BATCHED = "batched"  # the project's operator: records cross into Python in batches
+    ASYNC = "async"      # PyFlink's AsyncDataStream per record, as documented (a timeout per record)
+    SYNC = "sync"        # a blocking lookup per record: the reports' way, for comparison only
+
+
+class EnrichmentSettings(Model):
+    url: str = "http://127.0.0.1:8765"
+    operator: EnrichmentOperator = EnrichmentOperator.BATCHED
+    batch_size: int = Field(default=100, ge=1)
+    batch_delay: int = 20  # longest a partial batch waits before it is sent on
+    trace_timing: bool = False  # add _timing {in, out} (epoch ms) to each output record
+    # batched: lookups of one batch share one POST {url}/lookup/batch round trip
+    coalesce: bool = False
+    capacity: int = Field(default=100, ge=1)
+    timeout: int = Field(default=2_000, ge=1)
+    retries: int = Field(default=2, ge=0)
+    backoff: int = 100
+    ordered: bool = False
+    # After the retries of a transient failure (timeout, connection, 5xx). A permanent
+    # failure (the service says the record cannot be enriched, e.g. 4xx) always dead-letters.
+    on_failure: OnFailure = OnFailure.DEAD_LETTER
+    # Preflight: the service must answer here (any HTTP status counts); null: `url`.
+    health_url: str | None = None
+
+    _dur = duration_fields("timeout", "backoff", "batch_delay")
+
+    def effective_batch_size(self) -> int:
+        """A batch never holds more records than may be in flight at once."""
+        return min(self.batch_size, self.capacity)
+
+    def elements_in_flight(self) -> int:
+        """Stream elements the async stage holds (records, or batches of them): a checkpoint
+        waits for these. Batches x batch size never exceeds `capacity`."""
+        if self.operator is EnrichmentOperator.BATCHED:
+            return max(1, self.capacity // self.effective_batch_size())
+        return self.capacity
+
+
+class PythonSettings(Model):
+    """How records reach the Python worker. PyFlink finishes the open bundle before every
+    checkpoint barrier, so a bundle of 1000 records (Flink's default) behind a 250 ms
+    lookup with 10 in flight holds each checkpoint for ~25 s: the reports' stalled offset
+    commits, even with async I/O. Default here: one round of lookups per bundle."""
+
+    bundle_size: int | None = Field(default=None, ge=1)  # null: enrichment.capacity
+    bundle_time: int = 1_000
+    # Jobs without enrichment: records per batch a Python stage receives (enrichment's own
+    # batch_size applies behind lookups). One crossing per batch, not per record.
+    batch_size: int = Field(default=500, ge=1)
+    batch_delay: int = 20  # longest a partial batch waits before it is sent on
+
+    _dur = duration_fields("bundle_time", "batch_delay")
+
+
+class WatermarkSettings(Model):
+    max_out_of_orderness: int = 5_000
+    idleness: int | None = 30_000  # null switches idleness off
+    event_time_field: str = "ts"
+
+    _dur = duration_fields("max_out_of_orderness", "idleness")
+
+
+class WindowSettings(Model):
+    size: int = Field(default=10_000, ge=1)
+    allowed_lateness: int = 0
+    key_field: str = "key"
+    late_topic: str | None = None
+
+    _dur = duration_fields("size", "allowed_lateness")
+
+
+class FieldType(str, Enum):
+    ANY = "any"          # present and not null
+    STRING = "string"
+    INTEGER = "integer"
+    NUMBER = "number"
+    BOOLEAN = "boolean"
+    OBJECT = "object"
+    ARRAY = "array"
+
+
+class ParseSettings(Model):
+    # A list of names (each must be present and not null) or a mapping name -> type.
+    required_fields: dict[str, FieldType] = Field(default_factory=lambda: {"id": FieldType.ANY})
+    # Where each record's origin (topic, partition, offset, timestamp) is added; a record
+    # that already has a field of this name goes to dead letters rather than lose it.
+    # null: add no origin block.
+    origin_field: str | None = "_origin"
+    # passthrough only (the other jobs always parse): false copies bytes in the JVM; true
+    # parses and checks each record, bad ones to dead letters.
+    validate_records: bool = False
+
+    @field_validator("required_fields", mode="before")
+    @classmethod
+    def _names_or_types(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [v]
+        if isinstance(v, list):
+            return {str(name): FieldType.ANY for name in v}
+        return v
+
+
+class ErrorSettings(Model):
+    """An unexpected exception for one record sends that record to dead letters; this many
+    in a row, with no record getting through in between, is a bug, and fails the job."""
+
+    max_unexpected_in_a_row: int = Field(default=100, ge=1)
+
+
+class FaultSettings(Model):
+    """Fault injection for the reliability suite; off unless a test switches it on."""
+
+    fail_after_records: int | None = None
+    marker_dir: str | None = None  # a file here marks that the fault has fired once
+
+
+class JobSettings(Model):
+    name: str
+    parallelism: int = Field(default=1, ge=1)
+    max_parallelism: int = Field(default=128, ge=1)
+    # Resume from a retained checkpoint or savepoint (a path, or `latest` for the newest
+    # retained checkpoint of this job).
+    from_checkpoint: str | None = None
+
+
+class Settings(Model):
+    job: JobSettings
+    kafka: KafkaConnection = Field(default_factory=KafkaConnection)
+    source: SourceSettings
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    restart: RestartSettings = Field(default_factory=RestartSettings)
+    sink: SinkSettings
+    parse: ParseSettings = Field(default_factory=ParseSettings)
+    errors: ErrorSettings = Field(default_factory=ErrorSettings)
+    enrichment: EnrichmentSettings = Field(default_factory=EnrichmentSettings)
+    python: PythonSettings = Field(default_factory=PythonSettings)
+    watermarks: WatermarkSettings = Field(default_factory=WatermarkSettings)
+    window: WindowSettings = Field(default_factory=WindowSettings)
+    faults: FaultSettings = Field(default_factory=FaultSettings)
+

@@ -1,0 +1,83 @@
+"""The project's shape, checked: what a cluster runs never imports devtools, a package
+ships only what a cluster runs and no path of the machine that built it, and the jobs
+are one registry."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from pipelines.settings import load_settings
+from pipelines.templates import package_job
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported_modules(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_nothing_outside_devtools_imports_devtools():
+    offenders = {}
+    for path in sorted((ROOT / "pipelines").rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[1] == "devtools":
+            continue
+        bad = sorted(m for m in imported_modules(path) if m.startswith("pipelines.devtools"))
+        if bad:
+            offenders[str(rel)] = bad
+    assert offenders == {}
+
+
+def test_the_parser_sees_every_import_form(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import pipelines.devtools.demo\nfrom pipelines.devtools import topics\n"
+                     "def f():\n    from pipelines.devtools.ports import free_ports\n")
+    assert {"pipelines.devtools.demo", "pipelines.devtools.topics",
+            "pipelines.devtools.ports"} <= imported_modules(probe)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    loaded = load_settings("windowed", environ={})
+    out = tmp_path_factory.mktemp("pkg") / "windowed"
+    return package_job(loaded, out, python="/opt/venv/bin/python", flink="flink")
+
+
+def test_a_package_ships_only_what_a_cluster_runs(package):
+    shipped = {str(p.relative_to(package.root)) for p in (package.root / "pipelines").rglob("*.py")}
+    assert not any(p.startswith("pipelines/devtools/") for p in shipped)
+    assert {p for p in shipped if p.startswith("pipelines/jobs/")} == {
+        "pipelines/jobs/__init__.py", "pipelines/jobs/windowed.py"}
+    assert {"pipelines/runner.py", "pipelines/stages.py", "pipelines/settings/loader.py",
+            "pipelines/lookups/__init__.py"} <= shipped
+    assert not (package.root / "bench").exists()
+
+
+def test_a_packaged_config_holds_no_path_of_the_building_machine(package):
+    text = (package.root / "conf" / "base" / "windowed.yaml").read_text()
+    assert str(ROOT) not in text
+    assert "storage: null" in text and "savepoints: null" in text
+
+
+def test_checkpoint_storage_is_resolved_where_the_job_runs(tmp_path):
+    from pipelines import paths
+    from pipelines.environment import checkpoint_dir, savepoint_dir
+
+    settings = load_settings("enrich", environ={}).settings
+    assert checkpoint_dir(settings) == f"file://{paths.LOCAL_DIR}/checkpoints/enrich"
+    assert savepoint_dir(settings) == f"file://{paths.LOCAL_DIR}/savepoints/enrich"
+    custom = load_settings("enrich", environ={}, overrides=[
+        f"checkpoint.storage={tmp_path}/cp/{{job}}"]).settings
+    assert checkpoint_dir(custom) == f"file://{tmp_path}/cp/enrich"
