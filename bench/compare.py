@@ -82,21 +82,34 @@ class Summary:
 def bench_values(count: int) -> list[bytes]:
     """~150-byte JSON records with an id, the lookup key and some payload."""
     companies = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"]
-    return [json.dumps({"id": i, "company": companies[i % len(companies)],
-                        "amount": (i * 37) % 1000, "ts": 1_764_000_000_000 + i,
-                        "note": "benchmark record padded to a realistic size....."}).encode()
-            for i in range(count)]
+    return [
+        json.dumps(
+            {
+                "id": i,
+                "company": companies[i % len(companies)],
+                "amount": (i * 37) % 1000,
+                "ts": 1_764_000_000_000 + i,
+                "note": "benchmark record padded to a realistic size.....",
+            }
+        ).encode()
+        for i in range(count)
+    ]
 
 
 # -- the systems -------------------------------------------------------------------------
 
-def project_command(case: Case, tag: str, source: str, bootstrap: str, service_url: str,
-                    extra: list[str]) -> list[str]:
+
+def project_command(
+    case: Case, tag: str, source: str, bootstrap: str, service_url: str, extra: list[str]
+) -> list[str]:
     job = "enrich" if case.kind == "enrich" else "passthrough"
     sets = {
-        "kafka.bootstrap_servers": bootstrap, "source.topics": f"[{source}]",
-        "source.group_id": tag, "sink.topic": f"{tag}-out",
-        "sink.transactional_id_prefix": tag, "sink.dead_letter_topic": f"{tag}-dlq",
+        "kafka.bootstrap_servers": bootstrap,
+        "source.topics": f"[{source}]",
+        "source.group_id": tag,
+        "sink.topic": f"{tag}-out",
+        "sink.transactional_id_prefix": tag,
+        "sink.dead_letter_topic": f"{tag}-dlq",
         "checkpoint.interval": "1s",
     }
     if case.kind == "copy-json":
@@ -109,13 +122,32 @@ def project_command(case: Case, tag: str, source: str, bootstrap: str, service_u
     return args + extra
 
 
-def quix_command(case: Case, tag: str, source: str, bootstrap: str, service_url: str,
-                 state_dir: str) -> list[str]:
-    common = ["--bootstrap", bootstrap, "--source", source, "--sink", f"{tag}-out",
-              "--group", tag, "--state-dir", state_dir]
+def quix_command(
+    case: Case, tag: str, source: str, bootstrap: str, service_url: str, state_dir: str
+) -> list[str]:
+    common = [
+        "--bootstrap",
+        bootstrap,
+        "--source",
+        source,
+        "--sink",
+        f"{tag}-out",
+        "--group",
+        tag,
+        "--state-dir",
+        state_dir,
+    ]
     if case.kind == "enrich":
-        return [sys.executable, "-m", "bench.peers.quix_enrich", *common, "--url", service_url,
-                "--window", str(QUIX_WINDOW)]
+        return [
+            sys.executable,
+            "-m",
+            "bench.peers.quix_enrich",
+            *common,
+            "--url",
+            service_url,
+            "--window",
+            str(QUIX_WINDOW),
+        ]
     fmt = "bytes" if case.kind == "copy-bytes" else "json"
     return [sys.executable, "-m", "bench.peers.quix_copy", *common, "--format", fmt]
 
@@ -138,6 +170,7 @@ def systems_for(case: Case, tuned: bool) -> list[str]:
 
 # -- one run ------------------------------------------------------------------------------
 
+
 class Observer(threading.Thread):
     """Reads a topic with read_committed from the start and notes when each record shows."""
 
@@ -150,9 +183,15 @@ class Observer(threading.Thread):
         self.ids: set[int] = set()
         self.done = threading.Event()
         self.stop = threading.Event()
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"obs-{topic}",
-                                  "isolation.level": "read_committed",
-                                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"obs-{topic}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 50,
+            }
+        )
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
 
     def run(self) -> None:
@@ -186,8 +225,15 @@ def fill_input(case: Case, bootstrap: str) -> str:
     return topic
 
 
-def measure(case: Case, system: str, rep: int, bootstrap: str, service_url: str,
-            deadline_s: float, source: str) -> Run:
+def measure(
+    case: Case,
+    system: str,
+    rep: int,
+    bootstrap: str,
+    service_url: str,
+    deadline_s: float,
+    source: str,
+) -> Run:
     tag = f"bench-{case.name}-{system}-{rep}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-out": PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
@@ -203,8 +249,9 @@ def measure(case: Case, system: str, rep: int, bootstrap: str, service_url: str,
     LOGS.mkdir(parents=True, exist_ok=True)
     log = open(LOGS / f"bench-{system}.log", "w")  # noqa: SIM115 - closed below
     started = time.monotonic()
-    proc = owner.popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                       cwd=ROOT)
+    proc = owner.popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
+    )
     error = ""
     try:
         while not observer.done.wait(0.5):
@@ -244,15 +291,23 @@ def measure(case: Case, system: str, rep: int, bootstrap: str, service_url: str,
 
 # -- the whole benchmark ------------------------------------------------------------------
 
+
 def cases(quick: bool) -> list[Case]:
     """Enough records that each run spans many 1 s commits: an exactly-once output becomes
     visible a commit at a time, and a run of two commits has no 10%-90% span to speak of."""
     if quick:
-        return [Case("copy-bytes", "copy-bytes", 400_000), Case("copy-json", "copy-json", 300_000),
-                Case("enrich-50ms", "enrich", 30_000, 50)]
-    return [Case("copy-bytes", "copy-bytes", 1_500_000), Case("copy-json", "copy-json", 1_000_000),
-            Case("enrich-5ms", "enrich", 80_000, 5), Case("enrich-50ms", "enrich", 50_000, 50),
-            Case("enrich-500ms", "enrich", 24_000, 500)]
+        return [
+            Case("copy-bytes", "copy-bytes", 400_000),
+            Case("copy-json", "copy-json", 300_000),
+            Case("enrich-50ms", "enrich", 30_000, 50),
+        ]
+    return [
+        Case("copy-bytes", "copy-bytes", 1_500_000),
+        Case("copy-json", "copy-json", 1_000_000),
+        Case("enrich-5ms", "enrich", 80_000, 5),
+        Case("enrich-50ms", "enrich", 50_000, 50),
+        Case("enrich-500ms", "enrich", 24_000, 500),
+    ]
 
 
 def summarise(runs: list[Run]) -> list[Summary]:
@@ -273,18 +328,22 @@ def _cell(value: float | None, spec: str, width: int) -> str:
 
 
 def table(summaries: list[Summary]) -> str:
-    header = (f"{'case':13} {'system':14} {'min/s':>9} {'median/s':>9} {'max/s':>9} "
-              f"{'x quix':>7} {'start s':>8}  notes")
+    header = (
+        f"{'case':13} {'system':14} {'min/s':>9} {'median/s':>9} {'max/s':>9} "
+        f"{'x quix':>7} {'start s':>8}  notes"
+    )
     lines = [header, "-" * len(header)]
     peers = {s.case: s.median for s in summaries if s.system == "quix"}
     for s in summaries:
         peer = peers.get(s.case)
         ratio = s.median / peer if s.median and peer else None
         low, high = (min(s.rates), max(s.rates)) if s.rates else (None, None)
-        lines.append(f"{s.case:13} {s.system:14} {_cell(low, '9,.0f', 9)} "
-                     f"{_cell(s.median, '9,.0f', 9)} {_cell(high, '9,.0f', 9)} "
-                     f"{_cell(ratio, '7.2f', 7)} {_cell(s.startup, '8.1f', 8)}  "
-                     f"{'; '.join(s.failures)}")
+        lines.append(
+            f"{s.case:13} {s.system:14} {_cell(low, '9,.0f', 9)} "
+            f"{_cell(s.median, '9,.0f', 9)} {_cell(high, '9,.0f', 9)} "
+            f"{_cell(ratio, '7.2f', 7)} {_cell(s.startup, '8.1f', 8)}  "
+            f"{'; '.join(s.failures)}"
+        )
     return "\n".join(lines)
 
 
@@ -337,19 +396,27 @@ def readme_with_table(readme: str, table_text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="fewer records and cases (a few minutes); no tuned variants")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer records and cases (a few minutes); no tuned variants",
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cases", help="comma-separated case names to run")
     parser.add_argument("--systems", help="comma-separated systems to run")
-    parser.add_argument("--readme", action="store_true",
-                        help="only copy bench/results/compare.txt into README.md's table")
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="only copy bench/results/compare.txt into README.md's table",
+    )
     args = parser.parse_args(argv)
     if args.readme:
-        README.write_text(readme_with_table(README.read_text(),
-                                            (RESULTS / "compare.txt").read_text()))
+        README.write_text(
+            readme_with_table(README.read_text(), (RESULTS / "compare.txt").read_text())
+        )
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     broker = Broker()
@@ -368,15 +435,25 @@ def main(argv: list[str] | None = None) -> None:
                 order = systems_for(case, tuned=not args.quick)
                 if args.systems:
                     order = [s for s in order if s in args.systems.split(",")]
-                for system in (order if rep % 2 else order[::-1]):
+                for system in order if rep % 2 else order[::-1]:
                     deadline = 120 + case.records / 100
-                    run = measure(case, system, rep, broker.bootstrap, service.url, deadline,
-                                  inputs[case.name])
+                    run = measure(
+                        case,
+                        system,
+                        rep,
+                        broker.bootstrap,
+                        service.url,
+                        deadline,
+                        inputs[case.name],
+                    )
                     runs.append(run)
                     rate = f"{run.rate:,.0f}/s" if run.rate else "-"
                     start = f"{run.startup_s:.1f}s" if run.startup_s is not None else "-"
-                    print(f"rep {rep} {case.name:13} {system:14} {rate:>12} start {start:>6} "
-                          f"{run.error}", flush=True)
+                    print(
+                        f"rep {rep} {case.name:13} {system:14} {rate:>12} start {start:>6} "
+                        f"{run.error}",
+                        flush=True,
+                    )
     finally:
         service.down()
         delete_topics(broker.bootstrap, list(inputs.values()))
@@ -385,10 +462,18 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     name = "compare-quick" if args.quick else "compare"
     (RESULTS / f"{name}.txt").write_text(text + "\n")
-    (RESULTS / f"{name}.json").write_text(json.dumps({
-        "machine": {"cores": os.cpu_count()}, "reps": args.reps,
-        "cases": [asdict(c) for c in selected], "runs": [asdict(r) for r in runs],
-        "summaries": [asdict(s) for s in summaries]}, indent=2))
+    (RESULTS / f"{name}.json").write_text(
+        json.dumps(
+            {
+                "machine": {"cores": os.cpu_count()},
+                "reps": args.reps,
+                "cases": [asdict(c) for c in selected],
+                "runs": [asdict(r) for r in runs],
+                "summaries": [asdict(s) for s in summaries],
+            },
+            indent=2,
+        )
+    )
     chart(summaries, RESULTS / f"{name}.png")
 
 

@@ -64,26 +64,61 @@ VARIANTS = {  # label -> (enrichment.operator, extra settings)
 }
 
 
-def run_case(bootstrap: str, service: Service, label: str, latency_ms: int, capacity: int,
-             slots: int, records: int) -> Result:
+def run_case(
+    bootstrap: str,
+    service: Service,
+    label: str,
+    latency_ms: int,
+    capacity: int,
+    slots: int,
+    records: int,
+) -> Result:
     operator, extra = VARIANTS[label]
     tag = f"bench-{operator}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-in": max(slots, 2), f"{tag}-out": max(slots, 2), f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
     produce(bootstrap, f"{tag}-in", demo_values(records))
     service.configure(latency_ms=latency_ms, failure_rate=0.0, down=False)
-    cmd = [sys.executable, "-m", "pipelines.cli", "run", "enrich", "--skip-preflight",
-           "--set", f"kafka.bootstrap_servers={bootstrap}",
-           "--set", f"source.topics=[{tag}-in]", "--set", f"source.group_id={tag}",
-           "--set", f"sink.topic={tag}-out", "--set", f"sink.dead_letter_topic={tag}-dlq",
-           "--set", f"sink.transactional_id_prefix={tag}",
-           "--set", f"enrichment.url={service.url}", "--set", f"enrichment.operator={operator}",
-           "--set", f"enrichment.capacity={capacity}", "--set", "enrichment.trace_timing=true",
-           "--set", f"enrichment.timeout={max(2000, latency_ms * 4)}ms",
-           "--set", f"job.parallelism={slots}", "--set", "source.bounded=true",
-           "--set", "checkpoint.interval=2s", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=PROJECT_ROOT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "run",
+        "enrich",
+        "--skip-preflight",
+        "--set",
+        f"kafka.bootstrap_servers={bootstrap}",
+        "--set",
+        f"source.topics=[{tag}-in]",
+        "--set",
+        f"source.group_id={tag}",
+        "--set",
+        f"sink.topic={tag}-out",
+        "--set",
+        f"sink.dead_letter_topic={tag}-dlq",
+        "--set",
+        f"sink.transactional_id_prefix={tag}",
+        "--set",
+        f"enrichment.url={service.url}",
+        "--set",
+        f"enrichment.operator={operator}",
+        "--set",
+        f"enrichment.capacity={capacity}",
+        "--set",
+        "enrichment.trace_timing=true",
+        "--set",
+        f"enrichment.timeout={max(2000, latency_ms * 4)}ms",
+        "--set",
+        f"job.parallelism={slots}",
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "checkpoint.interval=2s",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=PROJECT_ROOT
+    )
     moves, last = 0, None
     while proc.poll() is None:
         try:
@@ -110,9 +145,19 @@ def run_case(bootstrap: str, service: Service, label: str, latency_ms: int, capa
             slowest = int(line.split("slowest ")[1].split(" ms")[0])
             checkpoints = int(line.split("checkpoints ")[1].split(" completed")[0])
     delete_topics(bootstrap, topics)
-    return Result(label, latency_ms, capacity, slots, records, records / span_s,
-                  latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1],
-                  slowest, checkpoints, moves)
+    return Result(
+        label,
+        latency_ms,
+        capacity,
+        slots,
+        records,
+        records / span_s,
+        latencies[len(latencies) // 2],
+        latencies[int(len(latencies) * 0.99) - 1],
+        slowest,
+        checkpoints,
+        moves,
+    )
 
 
 def plain_map_rate(bootstrap: str, records: int) -> float:
@@ -122,11 +167,30 @@ def plain_map_rate(bootstrap: str, records: int) -> float:
     create_topics(bootstrap, {f"{tag}-in": 2, f"{tag}-out": 2, f"{tag}-dlq": 1})
     produce(bootstrap, f"{tag}-in", demo_values(records))
     started = time.monotonic()
-    cmd = [sys.executable, "-m", "pipelines.cli", "run", "passthrough", "--skip-preflight",
-           "--set", f"kafka.bootstrap_servers={bootstrap}", "--set", f"source.topics=[{tag}-in]",
-           "--set", f"source.group_id={tag}", "--set", f"sink.topic={tag}-out",
-           "--set", f"sink.transactional_id_prefix={tag}", "--set", "source.bounded=true",
-           "--set", "parse.validate_records=true", "--set", f"sink.dead_letter_topic={tag}-dlq"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "run",
+        "passthrough",
+        "--skip-preflight",
+        "--set",
+        f"kafka.bootstrap_servers={bootstrap}",
+        "--set",
+        f"source.topics=[{tag}-in]",
+        "--set",
+        f"source.group_id={tag}",
+        "--set",
+        f"sink.topic={tag}-out",
+        "--set",
+        f"sink.transactional_id_prefix={tag}",
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "parse.validate_records=true",
+        "--set",
+        f"sink.dead_letter_topic={tag}-dlq",
+    ]
     # Start-up is measured with an empty run and subtracted.
     subprocess.run(cmd, check=True, capture_output=True, cwd=PROJECT_ROOT)
     full = time.monotonic() - started
@@ -136,12 +200,18 @@ def plain_map_rate(bootstrap: str, records: int) -> float:
     empty = [c.replace(tag, empty_tag) for c in cmd]
     subprocess.run(empty, check=True, capture_output=True, cwd=PROJECT_ROOT)
     startup = time.monotonic() - started
-    delete_topics(bootstrap, [f"{t}-{end}" for t in (tag, empty_tag) for end in ("in", "out", "dlq")])
+    delete_topics(
+        bootstrap, [f"{t}-{end}" for t in (tag, empty_tag) for end in ("in", "out", "dlq")]
+    )
     return records / max(full - startup, 0.1)
 
 
 CASES_FULL = [  # (latency ms, capacity, slots)
-    (5, 1000, 1), (50, 100, 1), (50, 1000, 1), (50, 1000, 2), (500, 1000, 1),
+    (5, 1000, 1),
+    (50, 100, 1),
+    (50, 1000, 1),
+    (50, 1000, 2),
+    (500, 1000, 1),
 ]
 CASES_QUICK = [(50, 1000, 1)]
 
@@ -159,9 +229,14 @@ def records_for(label: str, latency_ms: int, capacity: int, slots: int) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="one case: 50 ms, capacity 1000, 1 slot")
-    parser.add_argument("--chart-only", action="store_true",
-                        help="redraw the chart from bench/results/enrichment.json")
+    parser.add_argument(
+        "--quick", action="store_true", help="one case: 50 ms, capacity 1000, 1 slot"
+    )
+    parser.add_argument(
+        "--chart-only",
+        action="store_true",
+        help="redraw the chart from bench/results/enrichment.json",
+    )
     args = parser.parse_args(argv)
     if args.chart_only:
         saved = json.loads((RESULTS / "enrichment.json").read_text())
@@ -175,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         map_rate = plain_map_rate(broker.bootstrap, 100_000 if not args.quick else 30_000)
         print(f"plain Python map (passthrough job): {map_rate:,.0f} records/s")
-        for latency, capacity, slots in (CASES_QUICK if args.quick else CASES_FULL):
+        for latency, capacity, slots in CASES_QUICK if args.quick else CASES_FULL:
             row = {}
             for operator in VARIANTS:
                 n = records_for(operator, latency, capacity, slots)
@@ -183,8 +258,11 @@ def main(argv: list[str] | None = None) -> None:
                 result.limit = min(capacity * slots * 1000 / latency, map_rate)
                 result.ratio_to_limit = result.rate / result.limit
                 row[operator] = result
-                print(f"  {operator:16} {latency:>4} ms cap {capacity:>5} slots {slots}: "
-                      f"{result.rate:,.0f}/s", flush=True)
+                print(
+                    f"  {operator:16} {latency:>4} ms cap {capacity:>5} slots {slots}: "
+                    f"{result.rate:,.0f}/s",
+                    flush=True,
+                )
             for result in row.values():
                 result.ratio_to_async = result.rate / row["async"].rate
                 results.append(result)
@@ -195,22 +273,33 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_results(results: list[Result], map_rate: float) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    header = (f"{'operator':16} {'lat ms':>6} {'cap':>5} {'slots':>5} {'records/s':>10} "
-              f"{'x async':>8} {'x limit':>8} {'p50 ms':>8} {'p99 ms':>8} {'ckpt max ms':>11} "
-              f"{'offset moves':>12}")
+    header = (
+        f"{'operator':16} {'lat ms':>6} {'cap':>5} {'slots':>5} {'records/s':>10} "
+        f"{'x async':>8} {'x limit':>8} {'p50 ms':>8} {'p99 ms':>8} {'ckpt max ms':>11} "
+        f"{'offset moves':>12}"
+    )
     lines = [header, "-" * len(header)]
     for r in results:
-        lines.append(f"{r.operator:16} {r.latency_ms:>6} {r.capacity:>5} {r.slots:>5} "
-                     f"{r.rate:>10,.0f} {r.ratio_to_async:>8.2f} {r.ratio_to_limit:>8.3f} "
-                     f"{r.p50_ms:>8.0f} {r.p99_ms:>8.0f} {r.slowest_checkpoint_ms:>11} "
-                     f"{r.offset_moves:>12}")
+        lines.append(
+            f"{r.operator:16} {r.latency_ms:>6} {r.capacity:>5} {r.slots:>5} "
+            f"{r.rate:>10,.0f} {r.ratio_to_async:>8.2f} {r.ratio_to_limit:>8.3f} "
+            f"{r.p50_ms:>8.0f} {r.p99_ms:>8.0f} {r.slowest_checkpoint_ms:>11} "
+            f"{r.offset_moves:>12}"
+        )
     table = "\n".join(lines)
     print(table)
     print(f"limit = min(capacity x slots / latency, {PLAIN_MAP_RATE_NOTE}: {map_rate:,.0f}/s)")
     (RESULTS / "enrichment.txt").write_text(table + "\n")
-    (RESULTS / "enrichment.json").write_text(json.dumps(
-        {"plain_map_rate": map_rate, "results": [asdict(r) for r in results],
-         "machine": {"cores": __import__("os").cpu_count()}}, indent=2))
+    (RESULTS / "enrichment.json").write_text(
+        json.dumps(
+            {
+                "plain_map_rate": map_rate,
+                "results": [asdict(r) for r in results],
+                "machine": {"cores": __import__("os").cpu_count()},
+            },
+            indent=2,
+        )
+    )
     _chart(results)
 
 
@@ -224,16 +313,31 @@ def _chart(results: list[Result]) -> None:
         print("matplotlib not installed: no chart (pip install -e '.[bench]')")
         return
     cases = sorted({(r.latency_ms, r.capacity, r.slots) for r in results})
-    labels = [f"{lat} ms\ncap {cap}\n{slots} slot{'s' if slots > 1 else ''}" for lat, cap, slots in cases]
+    labels = [
+        f"{lat} ms\ncap {cap}\n{slots} slot{'s' if slots > 1 else ''}" for lat, cap, slots in cases
+    ]
     fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(cases)), 4.5))
     width = 0.2
     for i, operator in enumerate(VARIANTS):
-        rates = [next(r.rate for r in results if (r.latency_ms, r.capacity, r.slots) == c
-                      and r.operator == operator) for c in cases]
-        ax.bar([x + (i - 1.5) * width for x in range(len(cases))], rates, width,
-               label={"sync": "(a) sync map", "async": "(b) AsyncDataStream, per record",
-                      "batched": "(c) project operator, batched",
-                      "batched+coalesce": "(c) batched + coalesced lookups"}[operator])
+        rates = [
+            next(
+                r.rate
+                for r in results
+                if (r.latency_ms, r.capacity, r.slots) == c and r.operator == operator
+            )
+            for c in cases
+        ]
+        ax.bar(
+            [x + (i - 1.5) * width for x in range(len(cases))],
+            rates,
+            width,
+            label={
+                "sync": "(a) sync map",
+                "async": "(b) AsyncDataStream, per record",
+                "batched": "(c) project operator, batched",
+                "batched+coalesce": "(c) batched + coalesced lookups",
+            }[operator],
+        )
     ax.set_yscale("log")
     ax.set_ylabel("records/s (log)")
     ax.set_xticks(range(len(cases)), labels)

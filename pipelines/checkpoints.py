@@ -15,8 +15,10 @@ from pipelines.settings import ConfigError, Settings
 def _local_dir(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme not in ("file", ""):
-        raise ConfigError(f"checkpoint.storage: {uri}: `latest` can only search a local "
-                          f"file:// directory; pass the checkpoint path instead")
+        raise ConfigError(
+            f"checkpoint.storage: {uri}: `latest` can only search a local "
+            f"file:// directory; pass the checkpoint path instead"
+        )
     return Path(parsed.path)
 
 
@@ -33,13 +35,17 @@ def resolve_checkpoint(settings: Settings, wanted: str) -> str:
     if wanted != "latest":
         path = Path(urlparse(wanted).path)
         if urlparse(wanted).scheme in ("", "file") and not (path / "_metadata").is_file():
-            raise ConfigError(f"--from-checkpoint {wanted}: no _metadata there; "
-                              f"not a complete checkpoint or savepoint")
+            raise ConfigError(
+                f"--from-checkpoint {wanted}: no _metadata there; "
+                f"not a complete checkpoint or savepoint"
+            )
         return wanted
     found = retained_checkpoints(settings)
     if not found:
         from pipelines.environment import checkpoint_dir
 
-        raise ConfigError(f"--from-checkpoint latest: no retained checkpoint under "
-                          f"{checkpoint_dir(settings)} (is checkpoint.retention `retain`?)")
+        raise ConfigError(
+            f"--from-checkpoint latest: no retained checkpoint under "
+            f"{checkpoint_dir(settings)} (is checkpoint.retention `retain`?)"
+        )
     return found[-1].as_uri()

@@ -21,8 +21,11 @@ from pipelines.settings import SecretMask, effective_view
 
 def job_parser(sub, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help_text)
-    parser.add_argument("job", help="job name: a module in pipelines/jobs and conf/base/<job>.yaml "
-                                    f"(here: {', '.join(jobs.names())})")
+    parser.add_argument(
+        "job",
+        help="job name: a module in pipelines/jobs and conf/base/<job>.yaml "
+        f"(here: {', '.join(jobs.names())})",
+    )
     return job_arguments(parser)
 
 
@@ -32,18 +35,28 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     parser.subcommands = sub
 
     run = job_parser(sub, "run", "run a job on a local Flink mini-cluster, with progress")
-    run.add_argument("--savepoint-on-stop", action="store_true",
-                     help="on Ctrl-C, stop with a savepoint instead of cancelling")
+    run.add_argument(
+        "--savepoint-on-stop",
+        action="store_true",
+        help="on Ctrl-C, stop with a savepoint instead of cancelling",
+    )
     job_parser(sub, "doctor", "validate the config and run the broker-aware preflight checks")
-    package = job_parser(sub, "package", "build what a cluster needs to run the job, print `flink run`")
+    package = job_parser(
+        sub, "package", "build what a cluster needs to run the job, print `flink run`"
+    )
     package.add_argument("--out", help="output directory (default: dist/<job>)")
-    package.add_argument("--python", default=None,
-                         help="python on the cluster (default: this venv's python)")
+    package.add_argument(
+        "--python", default=None, help="python on the cluster (default: this venv's python)"
+    )
 
     new = sub.add_parser("new", help="create a job from an existing one: module, config, test")
     new.add_argument("name")
-    new.add_argument("--from", dest="template", default="enrich",
-                     help=f"the job to copy (default: enrich; here: {', '.join(jobs.names())})")
+    new.add_argument(
+        "--from",
+        dest="template",
+        default="enrich",
+        help=f"the job to copy (default: enrich; here: {', '.join(jobs.names())})",
+    )
     new.add_argument("--root", default=None, help="project root to write into (default: this one)")
 
     config = sub.add_parser("config", help="inspect job configuration")
@@ -66,8 +79,11 @@ def subcommands(parser: argparse.ArgumentParser):
     return parser.subcommands
 
 
-def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None,
-         handlers: dict | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    parser: argparse.ArgumentParser | None = None,
+    handlers: dict | None = None,
+) -> int:
     # Ctrl-C must work however we were started: a program launched in the background of a
     # non-interactive shell inherits SIGINT as ignored. `run` installs richer handlers.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -98,11 +114,14 @@ def _package(args) -> int:
     args.skip_preflight = True
     loaded = prepare(args.job, args)
     out = Path(args.out) if args.out else PROJECT_ROOT / "dist" / args.job
-    package = package_job(loaded, out.resolve(), python=args.python or sys.executable,
-                          flink=flink_binary())
+    package = package_job(
+        loaded, out.resolve(), python=args.python or sys.executable, flink=flink_binary()
+    )
     print(f"packaged {args.job} into {package.root}")
     print(f"  sources  {package.root / 'pipelines'}")
-    print(f"  config   {package.root / 'conf' / 'base' / (args.job + '.yaml')} (secrets as ${{env:...}})")
+    print(
+        f"  config   {package.root / 'conf' / 'base' / (args.job + '.yaml')} (secrets as ${{env:...}})"
+    )
     for jar in package.jars:
         print(f"  jar      {jar}")
     print("submit with (from any directory):")
@@ -118,13 +137,17 @@ def _new(args) -> int:
 
     root = Path(args.root).resolve() if args.root else PROJECT_ROOT
     if not (root / "pipelines" / "jobs").is_dir() or not (root / "conf" / "base").is_dir():
-        raise Failure(f"--root {args.root}: not a copy of this project (no pipelines/jobs/ "
-                      f"and conf/base/ there)")
+        raise Failure(
+            f"--root {args.root}: not a copy of this project (no pipelines/jobs/ "
+            f"and conf/base/ there)"
+        )
     created = new_job(args.name, args.template, root)
     for path in (created.module, created.config, created.test):
         print(f"created {path.relative_to(root)}")
-    print(f"next: pipelines demo {args.name} && pipelines run {args.name}; "
-          f"tests: pytest {created.test.relative_to(root)}")
+    print(
+        f"next: pipelines demo {args.name} && pipelines run {args.name}; "
+        f"tests: pytest {created.test.relative_to(root)}"
+    )
     return 0
 
 
@@ -157,9 +180,8 @@ def _jars(args) -> int:
 
 
 def _offsets(args) -> int:
-    from pipelines.offsets import OffsetWatcher
-
     from pipelines.kafka_clients import local_bootstrap
+    from pipelines.offsets import OffsetWatcher
 
     bootstrap = args.bootstrap or local_bootstrap()
     watcher = OffsetWatcher(bootstrap, args.group, args.topic)
@@ -175,8 +197,13 @@ def _offsets(args) -> int:
 
 
 HANDLERS = {
-    "run": _run, "doctor": _doctor, "config": _config, "package": _package, "new": _new,
-    "jars": _jars, "offsets": _offsets,
+    "run": _run,
+    "doctor": _doctor,
+    "config": _config,
+    "package": _package,
+    "new": _new,
+    "jars": _jars,
+    "offsets": _offsets,
 }
 
 

@@ -40,7 +40,6 @@ from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage
     has_batch_lookup,
 )
 from pipelines.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, record_dead_letter
-from pipelines.stages import DEAD_MARK, join_lines, split_lines
 from pipelines.settings import (
     EnrichmentOperator,
     EnrichmentSettings,
@@ -48,6 +47,7 @@ from pipelines.settings import (
     OnFailure,
     Settings,
 )
+from pipelines.stages import DEAD_MARK, join_lines, split_lines
 
 
 class Coalescer:
@@ -80,13 +80,15 @@ class Coalescer:
         try:
             results = await self.client.lookup_batch([record for record, _ in pending])
             if len(results) != len(pending):
-                raise RuntimeError(f"lookup_batch answered {len(results)} results for "
-                                   f"{len(pending)} records")
+                raise RuntimeError(
+                    f"lookup_batch answered {len(results)} results for {len(pending)} records"
+                )
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
             for _, future in pending:
                 if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else
-                                         TransientLookupError(repr(exc)))
+                    future.set_exception(
+                        exc if isinstance(exc, Exception) else TransientLookupError(repr(exc))
+                    )
             return
         for (_, future), result in zip(pending, results):
             if future.done():  # timed out already
@@ -109,8 +111,14 @@ def stage_client(client, cfg: EnrichmentSettings):
 class EnrichStats:
     """Per-subtask counts, exposed as gauges of the enrich operator."""
 
-    NAMES = ("lookups", "lookupFailures", "retries", "markedMissing", "deadLetters",
-             "unexpectedErrors")
+    NAMES = (
+        "lookups",
+        "lookupFailures",
+        "retries",
+        "markedMissing",
+        "deadLetters",
+        "unexpectedErrors",
+    )
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(self.NAMES, 0)
@@ -128,8 +136,15 @@ class RecordEnricher:
     """One record through lookup, retries and the failure policy, to the text that goes
     out: the enriched record, or a dead letter marked for SplitLines."""
 
-    def __init__(self, client: EnrichmentClient, cfg: EnrichmentSettings, job: str,
-                 origin_field: str | None, errors: ErrorSettings, max_record_bytes: int):
+    def __init__(
+        self,
+        client: EnrichmentClient,
+        cfg: EnrichmentSettings,
+        job: str,
+        origin_field: str | None,
+        errors: ErrorSettings,
+        max_record_bytes: int,
+    ):
         self.client = client
         self.cfg = cfg
         self.job = job
@@ -140,8 +155,9 @@ class RecordEnricher:
 
     def _dead(self, record: dict, reason: str) -> str:
         self.stats.add("deadLetters")
-        return DEAD_MARK + record_dead_letter(record, reason, self.job, "enrich",
-                                              self.origin_field, self.max_record_bytes)
+        return DEAD_MARK + record_dead_letter(
+            record, reason, self.job, "enrich", self.origin_field, self.max_record_bytes
+        )
 
     async def one(self, record: dict) -> str:
         try:
@@ -156,8 +172,11 @@ class RecordEnricher:
             out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
         text = jsontext.dumps(out)
         if len(text) > self.max_record_bytes - DEAD_LETTER_OVERHEAD:
-            return self._dead(record, f"the enriched record ({len(text)} bytes) is over what "
-                                      f"the sink may write ({self.max_record_bytes} bytes)")
+            return self._dead(
+                record,
+                f"the enriched record ({len(text)} bytes) is over what "
+                f"the sink may write ({self.max_record_bytes} bytes)",
+            )
         return text
 
     async def _enrich(self, record: dict) -> dict | str:
@@ -198,14 +217,19 @@ class _Unexpected(Exception):
 
 def worst_case_ms(cfg: EnrichmentSettings) -> int:
     """How long one record can take through all attempts and backoffs."""
-    backoffs = sum(cfg.backoff * (2 ** i) for i in range(cfg.retries))
+    backoffs = sum(cfg.backoff * (2**i) for i in range(cfg.retries))
     return (cfg.retries + 1) * cfg.timeout + backoffs
 
 
 def _enricher(settings: Settings, client: EnrichmentClient) -> RecordEnricher:
-    return RecordEnricher(client, settings.enrichment, settings.job.name,
-                          settings.parse.origin_field, settings.errors,
-                          settings.sink.max_record_bytes(settings.kafka))
+    return RecordEnricher(
+        client,
+        settings.enrichment,
+        settings.job.name,
+        settings.parse.origin_field,
+        settings.errors,
+        settings.sink.max_record_bytes(settings.kafka),
+    )
 
 
 def make_async_function(settings: Settings, client_factory: ClientFactory):
@@ -230,8 +254,11 @@ def make_async_function(settings: Settings, client_factory: ClientFactory):
             record = jsontext.loads(value)
             if cfg.on_failure is OnFailure.DEAD_LETTER:
                 return [self.enricher._dead(record, "enrichment overran its overall timeout")]
-            return [jsontext.dumps({**record, "enrichment": None,
-                                    "enrichment_error": "overall timeout"})]
+            return [
+                jsontext.dumps(
+                    {**record, "enrichment": None, "enrichment_error": "overall timeout"}
+                )
+            ]
 
     return Enrich()
 
@@ -242,7 +269,6 @@ def make_batch_async_function(settings: Settings, client_factory: ClientFactory)
     the batch's results sent back as one element, one per line, dead letters marked
     (pipelines.flink.SplitLines takes them apart in the JVM)."""
     from pyflink.datastream.functions import AsyncFunction
-
 
     cfg = settings.enrichment
 
@@ -295,12 +321,22 @@ def apply_enrichment(stream, settings: Settings, client_factory: ClientFactory):
         # As PyFlink documents it: one element per record, Flink's own timeout per record
         # (each starts a threading.Timer), `timeout()` applying the failure policy.
         overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
-        out = wait(stream, make_async_function(settings, client_factory), overall, cfg.capacity,
-                   Types.STRING())
+        out = wait(
+            stream,
+            make_async_function(settings, client_factory),
+            overall,
+            cfg.capacity,
+            Types.STRING(),
+        )
     else:
         # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.
-        out = wait(stream, make_batch_async_function(settings, client_factory),
-                   Time.milliseconds(0), cfg.elements_in_flight(), Types.STRING())
+        out = wait(
+            stream,
+            make_batch_async_function(settings, client_factory),
+            Time.milliseconds(0),
+            cfg.elements_in_flight(),
+            Types.STRING(),
+        )
     out = out.name("enrich").uid("enrich")
     records = split_lines(out, keep_marked=False).name("enriched").uid("enriched")
     dead = split_lines(out, keep_marked=True).name("enrich-dead-letters").uid("enrich-dead-letters")

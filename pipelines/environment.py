@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipelines import jars
-from pipelines import paths
+from pipelines import jars, paths
 from pipelines.settings import RestartStrategy, Retention, Settings
 
 
@@ -27,7 +26,9 @@ def checkpoint_dir(settings: Settings) -> str:
 
 
 def savepoint_dir(settings: Settings) -> str:
-    uri = settings.checkpoint.savepoints or "file://" + str(paths.local_state("savepoints", "{job}"))
+    uri = settings.checkpoint.savepoints or "file://" + str(
+        paths.local_state("savepoints", "{job}")
+    )
     return uri.replace("{job}", settings.job.name)
 
 
@@ -46,9 +47,12 @@ def python_bundle_size(settings: Settings, uses: tuple[str, ...] | list[str] = (
     return FLINK_DEFAULT_BUNDLE_SIZE
 
 
-def flink_configuration(settings: Settings, jar_paths: list[Path] | None = None,
-                        python: str | None = None,
-                        uses: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+def flink_configuration(
+    settings: Settings,
+    jar_paths: list[Path] | None = None,
+    python: str | None = None,
+    uses: tuple[str, ...] | list[str] = (),
+) -> dict[str, str]:
     """The Flink configuration a job runs with, as plain key/value strings; `uses` names
     the external services the job calls (its module's USES)."""
     cp = settings.checkpoint
@@ -67,34 +71,44 @@ def flink_configuration(settings: Settings, jar_paths: list[Path] | None = None,
         "python.fn-execution.bundle.time": str(settings.python.bundle_time),  # a long, in ms
     }
     if cp.enabled:
-        conf.update({
-            "execution.checkpointing.interval": _ms(cp.interval),
-            "execution.checkpointing.mode": cp.mode.name,
-            "execution.checkpointing.min-pause": _ms(cp.min_pause),
-            "execution.checkpointing.timeout": _ms(cp.timeout),
-            "execution.checkpointing.max-concurrent-checkpoints": str(cp.max_concurrent),
-            "execution.checkpointing.tolerable-failed-checkpoints": str(cp.tolerable_failures),
-            "execution.checkpointing.externalized-checkpoint-retention": (
-                "RETAIN_ON_CANCELLATION" if cp.retention is Retention.RETAIN
-                else "DELETE_ON_CANCELLATION"),
-            "execution.checkpointing.unaligned.enabled": str(cp.unaligned).lower(),
-        })
+        conf.update(
+            {
+                "execution.checkpointing.interval": _ms(cp.interval),
+                "execution.checkpointing.mode": cp.mode.name,
+                "execution.checkpointing.min-pause": _ms(cp.min_pause),
+                "execution.checkpointing.timeout": _ms(cp.timeout),
+                "execution.checkpointing.max-concurrent-checkpoints": str(cp.max_concurrent),
+                "execution.checkpointing.tolerable-failed-checkpoints": str(cp.tolerable_failures),
+                "execution.checkpointing.externalized-checkpoint-retention": (
+                    "RETAIN_ON_CANCELLATION"
+                    if cp.retention is Retention.RETAIN
+                    else "DELETE_ON_CANCELLATION"
+                ),
+                "execution.checkpointing.unaligned.enabled": str(cp.unaligned).lower(),
+            }
+        )
     rs = settings.restart
     if rs.strategy is RestartStrategy.NONE:
         conf["restart-strategy.type"] = "none"
     elif rs.strategy is RestartStrategy.FIXED_DELAY:
-        conf.update({
-            "restart-strategy.type": "fixed-delay",
-            "restart-strategy.fixed-delay.attempts": str(rs.attempts),
-            "restart-strategy.fixed-delay.delay": _ms(rs.delay),
-        })
+        conf.update(
+            {
+                "restart-strategy.type": "fixed-delay",
+                "restart-strategy.fixed-delay.attempts": str(rs.attempts),
+                "restart-strategy.fixed-delay.delay": _ms(rs.delay),
+            }
+        )
     else:
-        conf.update({
-            "restart-strategy.type": "exponential-delay",
-            "restart-strategy.exponential-delay.initial-backoff": _ms(rs.delay),
-            "restart-strategy.exponential-delay.max-backoff": _ms(rs.max_delay),
-            "restart-strategy.exponential-delay.attempts-before-reset-backoff": str(rs.attempts),
-        })
+        conf.update(
+            {
+                "restart-strategy.type": "exponential-delay",
+                "restart-strategy.exponential-delay.initial-backoff": _ms(rs.delay),
+                "restart-strategy.exponential-delay.max-backoff": _ms(rs.max_delay),
+                "restart-strategy.exponential-delay.attempts-before-reset-backoff": str(
+                    rs.attempts
+                ),
+            }
+        )
     if settings.job.from_checkpoint:
         conf["execution.state-recovery.path"] = settings.job.from_checkpoint
     if jar_paths:
@@ -102,8 +116,9 @@ def flink_configuration(settings: Settings, jar_paths: list[Path] | None = None,
     return conf
 
 
-def create_environment(settings: Settings, extra: dict[str, str] | None = None,
-                       uses: tuple[str, ...] | list[str] = ()):
+def create_environment(
+    settings: Settings, extra: dict[str, str] | None = None, uses: tuple[str, ...] | list[str] = ()
+):
     """A StreamExecutionEnvironment configured from settings, jars checked first."""
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment

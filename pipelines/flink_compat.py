@@ -170,8 +170,9 @@ def set_java_record_serializer(builder, j_serializer):
     return builder
 
 
-def window_counts_in_jvm(stream, j_watermark_strategy, key_field: str, time_field: str,
-                         size_ms: int, lateness_ms: int):
+def window_counts_in_jvm(
+    stream, j_watermark_strategy, key_field: str, time_field: str, size_ms: int, lateness_ms: int
+):
     """Event time, key, tumbling window and count, all in the JVM (pipelines.flink:
     JsonFieldKey, CountPerWindow, LateRecord) over JSON records the parse stage accepted.
     Returns (the stream after event time, counts, late records wrapped with the reason).
@@ -187,11 +188,13 @@ def window_counts_in_jvm(stream, j_watermark_strategy, key_field: str, time_fiel
     string_type = jvm.org.apache.flink.api.common.typeinfo.Types.STRING
     late_tag = jvm.org.apache.flink.util.OutputTag("late-records", string_type)
     windows = jvm.org.apache.flink.streaming.api.windowing.assigners.TumblingEventTimeWindows
-    counts = (timed.keyBy(project.JsonFieldKey(key_field))
-              .window(windows.of(duration(size_ms)))
-              .allowedLateness(duration(lateness_ms))
-              .sideOutputLateData(late_tag)
-              .process(project.CountPerWindow()))
+    counts = (
+        timed.keyBy(project.JsonFieldKey(key_field))
+        .window(windows.of(duration(size_ms)))
+        .allowedLateness(duration(lateness_ms))
+        .sideOutputLateData(late_tag)
+        .process(project.CountPerWindow())
+    )
     late = counts.getSideOutput(late_tag).map(project.LateRecord(key_field, time_field))
     return python_stream(timed), python_stream(counts), python_stream(late)
 
@@ -202,8 +205,14 @@ def window_counts_in_jvm(stream, j_watermark_strategy, key_field: str, time_fiel
 SOURCE_RECORDS_OUT = ("Source__", ".numRecordsOut")
 SINK_RECORDS_SENT = ("__Writer.numRecordsSend",)
 DEAD_LETTER_SINKS = ("dead-letter-sink__", "late-sink__")
-PROJECT_GAUGES = ("lookups", "lookupFailures", "retries", "markedMissing", "deadLetters",
-                  "unexpectedErrors")
+PROJECT_GAUGES = (
+    "lookups",
+    "lookupFailures",
+    "retries",
+    "markedMissing",
+    "deadLetters",
+    "unexpectedErrors",
+)
 
 
 def metric_totals(get, base: str) -> dict[str, int]:

@@ -19,10 +19,18 @@ def flink_binary() -> str:
     return str(flink_home() / "bin" / "flink")
 
 
-def submit_command(module: str, job_args: list[str], jar_paths: list[Path], url: str,
-                   detached: bool = False, parallelism: int | None = None,
-                   py_files: list[Path] | None = None, extra: list[str] | None = None,
-                   python: str | None = None, flink: str | None = None) -> list[str]:
+def submit_command(
+    module: str,
+    job_args: list[str],
+    jar_paths: list[Path],
+    url: str,
+    detached: bool = False,
+    parallelism: int | None = None,
+    py_files: list[Path] | None = None,
+    extra: list[str] | None = None,
+    python: str | None = None,
+    flink: str | None = None,
+) -> list[str]:
     python = python or sys.executable
     cmd = [flink or flink_binary(), "run", "-m", url.removeprefix("http://")]
     if detached:

@@ -7,8 +7,8 @@ its jars here first, so the failure is one line that says what to run.
 
 from __future__ import annotations
 
-import logging
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -75,8 +75,10 @@ def _check(jar: PinnedJar) -> str | None:
         return f"missing jar {rel} ({jar.coordinates}): run `make jars`"
     actual = sha256_of(jar.path)
     if actual != jar.sha256:
-        return (f"jar {rel} does not match its pinned sha256 ({actual[:12]}... != "
-                f"{jar.sha256[:12]}...): delete it and run `make jars`")
+        return (
+            f"jar {rel} does not match its pinned sha256 ({actual[:12]}... != "
+            f"{jar.sha256[:12]}...): delete it and run `make jars`"
+        )
     return None
 
 
@@ -126,12 +128,22 @@ def fetch() -> list[Path]:
             log.info(f"ok       {jar.coordinates}")
             continue
         if shutil.which("mvn") is None:
-            raise JarError("mvn is not on PATH: install Maven (apt-get install maven) and run `make jars`")
+            raise JarError(
+                "mvn is not on PATH: install Maven (apt-get install maven) and run `make jars`"
+            )
         log.info(f"fetching {jar.coordinates}")
         result = subprocess.run(
-            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={jar.coordinates}",
-             f"-DoutputDirectory={LIB_DIR}", "-Dmdep.overWriteReleases=true"],
-            capture_output=True, text=True,
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "dependency:copy",
+                f"-Dartifact={jar.coordinates}",
+                f"-DoutputDirectory={LIB_DIR}",
+                "-Dmdep.overWriteReleases=true",
+            ],
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
@@ -157,8 +169,20 @@ def build_project_jar() -> None:
     classes.mkdir(parents=True)
     classpath = ":".join(str(p) for p in [flink_dist_jar(), *(j.path for j in read_manifest())])
     compiled = subprocess.run(
-        ["javac", "--release", "11", "-nowarn", "-cp", classpath, "-d", str(classes),
-         *map(str, sources)], capture_output=True, text=True)
+        [
+            "javac",
+            "--release",
+            "11",
+            "-nowarn",
+            "-cp",
+            classpath,
+            "-d",
+            str(classes),
+            *map(str, sources),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if compiled.returncode != 0:
         raise JarError(f"javac failed on jars/src: {compiled.stderr.strip()}")
     subprocess.run(["jar", "cf", str(PROJECT_JAR), "-C", str(classes), "."], check=True)

@@ -27,8 +27,15 @@ def origin_type_info():
 
     return Types.ROW_NAMED(
         ORIGIN_FIELDS,
-        [Types.STRING(), Types.INT(), Types.LONG(), Types.LONG(),
-         Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+        [
+            Types.STRING(),
+            Types.INT(),
+            Types.LONG(),
+            Types.LONG(),
+            Types.PRIMITIVE_ARRAY(Types.BYTE()),
+            Types.PRIMITIVE_ARRAY(Types.BYTE()),
+        ],
+    )
 
 
 def _reset_strategy(fallback: OffsetReset):
@@ -67,7 +74,9 @@ def source_properties(settings: Settings, uses: tuple[str, ...] | list[str] = ()
     default."""
     src = settings.source
     props = java_client_properties(settings.kafka)
-    derived = settings.enrichment.capacity if "enrichment" in uses else KAFKA_DEFAULT_MAX_POLL_RECORDS
+    derived = (
+        settings.enrichment.capacity if "enrichment" in uses else KAFKA_DEFAULT_MAX_POLL_RECORDS
+    )
     props["max.poll.records"] = str(src.max_poll_records or derived)
     props.update(src.properties)
     props["isolation.level"] = src.isolation_level.value
@@ -75,7 +84,8 @@ def source_properties(settings: Settings, uses: tuple[str, ...] | list[str] = ()
     # Flink commits on checkpoints; Kafka's own periodic auto-commit would race it.
     props["enable.auto.commit"] = "false"
     props["partition.discovery.interval.ms"] = str(
-        src.partition_discovery_interval if src.partition_discovery_interval else -1)
+        src.partition_discovery_interval if src.partition_discovery_interval else -1
+    )
     return props
 
 
@@ -116,9 +126,11 @@ def _sink_builder(settings: Settings, id_suffix: str):
     from pyflink.datastream.connectors.kafka import KafkaSink
 
     sink: SinkSettings = settings.sink
-    builder = (KafkaSink.builder()
-               .set_bootstrap_servers(settings.kafka.bootstrap_servers)
-               .set_delivery_guarantee(getattr(FlinkGuarantee, _GUARANTEES[sink.delivery])))
+    builder = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(settings.kafka.bootstrap_servers)
+        .set_delivery_guarantee(getattr(FlinkGuarantee, _GUARANTEES[sink.delivery]))
+    )
     if sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         builder.set_transactional_id_prefix(f"{sink.transactional_id_prefix}{id_suffix}")
         builder.set_property("transaction.timeout.ms", str(sink.transaction_timeout))
@@ -137,10 +149,12 @@ def build_sink(settings: Settings, topic: str | None = None, id_suffix: str = ""
     from pyflink.common.serialization import SimpleStringSchema
     from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema
 
-    serializer = (KafkaRecordSerializationSchema.builder()
-                  .set_topic(topic or settings.sink.topic)
-                  .set_value_serialization_schema(SimpleStringSchema())
-                  .build())
+    serializer = (
+        KafkaRecordSerializationSchema.builder()
+        .set_topic(topic or settings.sink.topic)
+        .set_value_serialization_schema(SimpleStringSchema())
+        .build()
+    )
     return _sink_builder(settings, id_suffix).set_record_serializer(serializer).build()
 
 

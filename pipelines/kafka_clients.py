@@ -24,15 +24,20 @@ def quiet_logger() -> logging.Logger:
 
 
 def client_config(bootstrap: str, conf: dict | None = None, timeout_s: float = 5.0) -> dict:
-    return {"bootstrap.servers": bootstrap, **(conf or {}),
-            "socket.timeout.ms": int(timeout_s * 1000),
-            "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
-            "logger": quiet_logger()}
+    return {
+        "bootstrap.servers": bootstrap,
+        **(conf or {}),
+        "socket.timeout.ms": int(timeout_s * 1000),
+        "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
+        "logger": quiet_logger(),
+    }
 
 
 def unreachable_message(bootstrap: str, timeout_s: float = 5.0) -> str:
-    return (f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s "
-            f"(start one with `make kafka-up`)")
+    return (
+        f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s "
+        f"(start one with `make kafka-up`)"
+    )
 
 
 def admin_client(bootstrap: str, conf: dict | None = None, timeout_s: float = 5.0):

@@ -41,17 +41,27 @@ class OffsetWatcher:
         request = [ConsumerGroupTopicPartitions(self.group)]
         future = self.admin.list_consumer_group_offsets(request, request_timeout=10)[self.group]
         result = future.result(timeout=15)
-        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
-                if tp.offset != NO_OFFSET}
+        return {
+            (tp.topic, tp.partition): tp.offset
+            for tp in result.topic_partitions
+            if tp.offset != NO_OFFSET
+        }
 
     def _log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import Consumer
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"{self.group}-probe",
-                             "enable.auto.commit": False})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"{self.group}-probe",
+                "enable.auto.commit": False,
+            }
+        )
         try:
-            return {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
-                    for t, p in partitions}
+            return {
+                (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+                for t, p in partitions
+            }
         finally:
             consumer.close()
 
@@ -69,20 +79,31 @@ class OffsetWatcher:
             if offset is not None and offset != previous:
                 moved = now if key in self._seen else None
             self._seen[key] = (offset, moved)
-            rows.append(PartitionRow(key[0], key[1], offset, ends[key],
-                                     None if offset is None else ends[key] - offset, moved))
+            rows.append(
+                PartitionRow(
+                    key[0],
+                    key[1],
+                    offset,
+                    ends[key],
+                    None if offset is None else ends[key] - offset,
+                    moved,
+                )
+            )
         return rows
 
     def table(self, rows: list[PartitionRow]) -> str:
         stamp = time.strftime("%H:%M:%S")
-        lines = [f"{stamp} group {self.group}",
-                 f"{'topic':<30} {'part':>4} {'committed':>10} {'log-end':>10} {'lag':>8}  moved"]
+        lines = [
+            f"{stamp} group {self.group}",
+            f"{'topic':<30} {'part':>4} {'committed':>10} {'log-end':>10} {'lag':>8}  moved",
+        ]
         for r in rows:
-            moved = ("-" if r.last_moved is None
-                     else f"{time.time() - r.last_moved:.0f}s ago")
-            lines.append(f"{r.topic:<30} {r.partition:>4} "
-                         f"{'-' if r.committed is None else r.committed:>10} {r.log_end:>10} "
-                         f"{'-' if r.lag is None else r.lag:>8}  {moved}")
+            moved = "-" if r.last_moved is None else f"{time.time() - r.last_moved:.0f}s ago"
+            lines.append(
+                f"{r.topic:<30} {r.partition:>4} "
+                f"{'-' if r.committed is None else r.committed:>10} {r.log_end:>10} "
+                f"{'-' if r.lag is None else r.lag:>8}  {moved}"
+            )
         total = sum(r.lag for r in rows if r.lag is not None)
         lines.append(f"total lag {total}")
         return "\n".join(lines)

@@ -31,8 +31,12 @@ PREVIEW_CHARS = 200
 REASON_CHARS = 1_000
 
 _TYPES: dict[FieldType, tuple[type, ...]] = {
-    FieldType.STRING: (str,), FieldType.INTEGER: (int,), FieldType.NUMBER: (int, float),
-    FieldType.BOOLEAN: (bool,), FieldType.OBJECT: (dict,), FieldType.ARRAY: (list,),
+    FieldType.STRING: (str,),
+    FieldType.INTEGER: (int,),
+    FieldType.NUMBER: (int, float),
+    FieldType.BOOLEAN: (bool,),
+    FieldType.OBJECT: (dict,),
+    FieldType.ARRAY: (list,),
 }
 
 
@@ -61,9 +65,12 @@ def field_problem(record: dict, name: str, wanted: FieldType) -> str | None:
     return None if ok else f"{type(value).__name__}, not {wanted.value}"
 
 
-def parse_value(value: bytes | None, required: dict[str, FieldType] | list[str],
-                event_time_field: str | None = None,
-                origin_field: str | None = None) -> tuple[dict | None, str | None]:
+def parse_value(
+    value: bytes | None,
+    required: dict[str, FieldType] | list[str],
+    event_time_field: str | None = None,
+    origin_field: str | None = None,
+) -> tuple[dict | None, str | None]:
     """(record, None) when valid; (None, reason) otherwise. Never raises for any bytes."""
     if value is None:
         return None, "empty record (null value)"
@@ -93,9 +100,12 @@ def _parse_slowly(value: bytes) -> tuple[object, str | None]:
     return record, None
 
 
-def check_record(record, required: dict[str, FieldType] | list[str],
-                 event_time_field: str | None = None,
-                 origin_field: str | None = None) -> tuple[dict | None, str | None]:
+def check_record(
+    record,
+    required: dict[str, FieldType] | list[str],
+    event_time_field: str | None = None,
+    origin_field: str | None = None,
+) -> tuple[dict | None, str | None]:
     """A parsed value against the rules: (record, None) when valid, else (None, reason)."""
     if not isinstance(record, dict):
         return None, f"not a JSON object: {type(record).__name__}"
@@ -117,8 +127,10 @@ def check_record(record, required: dict[str, FieldType] | list[str],
         if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
             return None, f"{event_time_field} is not epoch milliseconds: {ts!r}"[:REASON_CHARS]
     if origin_field is not None and origin_field in record:
-        return None, (f"field {origin_field!r} is reserved for the record's origin "
-                      f"(parse.origin_field); rename it in the data or set parse.origin_field")
+        return None, (
+            f"field {origin_field!r} is reserved for the record's origin "
+            f"(parse.origin_field); rename it in the data or set parse.origin_field"
+        )
     return record, None
 
 
@@ -127,16 +139,20 @@ def _kept(data: bytes | None, budget: int, prefix: str) -> tuple[dict, int]:
     else its first `budget` bytes; size and digest always. Returns (fields, bytes used)."""
     if data is None:
         return {f"{prefix}_b64": None}, 0
-    kept = data[:max(budget, 0)]
-    fields = {f"{prefix}_b64": base64.b64encode(kept).decode(), f"{prefix}_size": len(data),
-              f"{prefix}_sha256": hashlib.sha256(data).hexdigest()}
+    kept = data[: max(budget, 0)]
+    fields = {
+        f"{prefix}_b64": base64.b64encode(kept).decode(),
+        f"{prefix}_size": len(data),
+        f"{prefix}_sha256": hashlib.sha256(data).hexdigest(),
+    }
     if len(kept) < len(data):
         fields[f"{prefix}_truncated"] = True
     return fields, len(kept)
 
 
-def dead_letter(row, reason: str, job: str, max_bytes: int = 1_048_576,
-                stage: str = "parse") -> str:
+def dead_letter(
+    row, reason: str, job: str, max_bytes: int = 1_048_576, stage: str = "parse"
+) -> str:
     """The dead-letter message for an original Kafka record: its bytes (base64, cut to fit
     `max_bytes` with size and SHA-256 kept), a preview, the reason and the origin."""
     value = bytes(row.value) if row.value is not None else None
@@ -144,21 +160,33 @@ def dead_letter(row, reason: str, job: str, max_bytes: int = 1_048_576,
     room = max((max_bytes - DEAD_LETTER_OVERHEAD) * 3 // 4, 0)  # base64: 4 chars per 3 bytes
     key_fields, used = _kept(key, min(room, 65_536), "key")
     value_fields, _ = _kept(value, room - used, "value")
-    preview = (value[:PREVIEW_CHARS * 4].decode("utf-8", errors="replace")[:PREVIEW_CHARS]
-               if value is not None else None)
-    return json.dumps({
-        "error": reason[:REASON_CHARS],
-        "job": job,
-        "stage": stage,
-        "origin": {"topic": row.topic, "partition": row.partition, "offset": row.offset,
-                   "timestamp": row.timestamp},
-        **key_fields, **value_fields,
-        "value_preview": preview,
-    }, sort_keys=True)
+    preview = (
+        value[: PREVIEW_CHARS * 4].decode("utf-8", errors="replace")[:PREVIEW_CHARS]
+        if value is not None
+        else None
+    )
+    return json.dumps(
+        {
+            "error": reason[:REASON_CHARS],
+            "job": job,
+            "stage": stage,
+            "origin": {
+                "topic": row.topic,
+                "partition": row.partition,
+                "offset": row.offset,
+                "timestamp": row.timestamp,
+            },
+            **key_fields,
+            **value_fields,
+            "value_preview": preview,
+        },
+        sort_keys=True,
+    )
 
 
-def record_dead_letter(record: dict, reason: str, job: str, stage: str,
-                       origin_field: str | None, max_bytes: int) -> str:
+def record_dead_letter(
+    record: dict, reason: str, job: str, stage: str, origin_field: str | None, max_bytes: int
+) -> str:
     """The dead-letter message for a parsed record that a later stage could not handle:
     the record as it came in (its origin block moved out), cut to fit `max_bytes`."""
     record = dict(record)
@@ -166,10 +194,18 @@ def record_dead_letter(record: dict, reason: str, job: str, stage: str,
     original = json.dumps(record, sort_keys=True).encode()
     room = max((max_bytes - DEAD_LETTER_OVERHEAD) * 3 // 4, 0)
     fields, _ = _kept(original, room, "value")
-    return json.dumps({"error": reason[:REASON_CHARS], "job": job, "stage": stage,
-                       "origin": origin, "key_b64": None, **fields,
-                       "value_preview": original[:PREVIEW_CHARS].decode("utf-8", "replace")},
-                      sort_keys=True)
+    return json.dumps(
+        {
+            "error": reason[:REASON_CHARS],
+            "job": job,
+            "stage": stage,
+            "origin": origin,
+            "key_b64": None,
+            **fields,
+            "value_preview": original[:PREVIEW_CHARS].decode("utf-8", "replace"),
+        },
+        sort_keys=True,
+    )
 
 
 class UnexpectedErrors(RuntimeError):
@@ -208,11 +244,17 @@ class InjectedFault(RuntimeError):
     """Raised once by fault injection; the restart strategy must recover the job."""
 
 
-def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
-                        event_time_field: str | None = None, batched: bool = False,
-                        trace_timing: bool = False, errors: ErrorSettings | None = None,
-                        dead_letter_max_bytes: int = 1_048_576,
-                        extra_required: dict[str, FieldType] | None = None):
+def make_parse_function(
+    parse: ParseSettings,
+    faults: FaultSettings,
+    job: str,
+    event_time_field: str | None = None,
+    batched: bool = False,
+    trace_timing: bool = False,
+    errors: ErrorSettings | None = None,
+    dead_letter_max_bytes: int = 1_048_576,
+    extra_required: dict[str, FieldType] | None = None,
+):
     """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
 
     With `batched`, each input element is a list of rows and each output element is the
@@ -245,8 +287,12 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
                 record, reason = parse_value(value, required, event_time_field, origin_field)
                 if record is not None:
                     if origin_field:
-                        record[origin_field] = {"topic": topic, "partition": partition,
-                                                "offset": offset, "timestamp": timestamp}
+                        record[origin_field] = {
+                            "topic": topic,
+                            "partition": partition,
+                            "offset": offset,
+                            "timestamp": timestamp,
+                        }
                     if trace_timing:
                         record["_timing"] = {"in": time.time() * 1000}
                     text = jsontext.dumps(record)
@@ -264,7 +310,7 @@ def make_parse_function(parse: ParseSettings, faults: FaultSettings, job: str,
 
         def process_element(self, value, ctx):
             good: list[str] = []
-            for row in (value if batched else (value,)):
+            for row in value if batched else (value,):
                 bad = self._one(row, good)
                 if bad is not None:
                     yield tag, bad
@@ -285,5 +331,6 @@ def _maybe_fail(faults: FaultSettings, subtask: int) -> None:
     except FileExistsError:
         return
     os.close(fd)
-    raise InjectedFault(f"injected fault after {faults.fail_after_records} records "
-                        f"(subtask {subtask})")
+    raise InjectedFault(
+        f"injected fault after {faults.fail_after_records} records (subtask {subtask})"
+    )

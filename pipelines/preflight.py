@@ -33,32 +33,61 @@ def static_problems(s: Settings) -> list[Problem]:
     cp, sink, src = s.checkpoint, s.sink, s.source
     if sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         if not cp.enabled:
-            out.append(Problem("error", "sink.delivery",
-                               "exactly-once needs checkpointing: Kafka transactions commit only when "
-                               "a checkpoint completes; set checkpoint.enabled: true or choose "
-                               "sink.delivery: at-least-once"))
+            out.append(
+                Problem(
+                    "error",
+                    "sink.delivery",
+                    "exactly-once needs checkpointing: Kafka transactions commit only when "
+                    "a checkpoint completes; set checkpoint.enabled: true or choose "
+                    "sink.delivery: at-least-once",
+                )
+            )
         if not sink.transactional_id_prefix:
-            out.append(Problem("error", "sink.transactional_id_prefix",
-                               "exactly-once needs a transactional id prefix that is unique per job "
-                               "and stable across restarts"))
+            out.append(
+                Problem(
+                    "error",
+                    "sink.transactional_id_prefix",
+                    "exactly-once needs a transactional id prefix that is unique per job "
+                    "and stable across restarts",
+                )
+            )
         if cp.enabled and sink.transaction_timeout <= cp.interval + cp.timeout:
-            out.append(Problem(
-                "error", "sink.transaction_timeout",
-                f"{format_ms(sink.transaction_timeout)} must be greater than checkpoint.interval "
-                f"+ checkpoint.timeout ({format_ms(cp.interval)} + {format_ms(cp.timeout)} = "
-                f"{format_ms(cp.interval + cp.timeout)}), or the broker aborts transactions "
-                f"that a slow checkpoint has not committed yet"))
+            out.append(
+                Problem(
+                    "error",
+                    "sink.transaction_timeout",
+                    f"{format_ms(sink.transaction_timeout)} must be greater than checkpoint.interval "
+                    f"+ checkpoint.timeout ({format_ms(cp.interval)} + {format_ms(cp.timeout)} = "
+                    f"{format_ms(cp.interval + cp.timeout)}), or the broker aborts transactions "
+                    f"that a slow checkpoint has not committed yet",
+                )
+            )
     if src.start.mode is StartMode.GROUP_OFFSETS and not src.group_id:
-        out.append(Problem("error", "source.group_id",
-                           "start mode group-offsets needs a group id to read committed offsets from"))
+        out.append(
+            Problem(
+                "error",
+                "source.group_id",
+                "start mode group-offsets needs a group id to read committed offsets from",
+            )
+        )
     if src.commit_offsets_on_checkpoint and not cp.enabled:
-        out.append(Problem("error", "source.commit_offsets_on_checkpoint",
-                           "offsets are committed only when a checkpoint completes, and checkpointing "
-                           "is off: enable checkpointing or set commit_offsets_on_checkpoint: false"))
+        out.append(
+            Problem(
+                "error",
+                "source.commit_offsets_on_checkpoint",
+                "offsets are committed only when a checkpoint completes, and checkpointing "
+                "is off: enable checkpointing or set commit_offsets_on_checkpoint: false",
+            )
+        )
     elif src.commit_offsets_on_checkpoint and not src.group_id:
-        out.append(Problem("warning", "source.group_id",
-                           "no group id: the source will not commit offsets to Kafka, so lag cannot "
-                           "be monitored and group-offsets restarts start from the fallback"))
+        out.append(
+            Problem(
+                "warning",
+                "source.group_id",
+                "no group id: the source will not commit offsets to Kafka, so lag cannot "
+                "be monitored and group-offsets restarts start from the fallback",
+            )
+        )
     return out
 
 
@@ -79,17 +108,28 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     src = s.source
     for topic in src.topics:
         if topic not in partitions:
-            out.append(Problem("error", "source.topics", f"topic {topic!r} does not exist on "
-                                                         f"{s.kafka.bootstrap_servers}"))
+            out.append(
+                Problem(
+                    "error",
+                    "source.topics",
+                    f"topic {topic!r} does not exist on {s.kafka.bootstrap_servers}",
+                )
+            )
     for offset in src.start.offsets if src.start.mode is StartMode.SPECIFIC_OFFSETS else []:
         count = partitions.get(offset.topic)
         if count is None:
-            out.append(Problem("error", "source.start.offsets",
-                               f"topic {offset.topic!r} does not exist"))
+            out.append(
+                Problem("error", "source.start.offsets", f"topic {offset.topic!r} does not exist")
+            )
         elif offset.partition >= count:
-            out.append(Problem("error", "source.start.offsets",
-                               f"{offset.topic}:{offset.partition} does not exist; the topic has "
-                               f"partitions 0..{count - 1}"))
+            out.append(
+                Problem(
+                    "error",
+                    "source.start.offsets",
+                    f"{offset.topic}:{offset.partition} does not exist; the topic has "
+                    f"partitions 0..{count - 1}",
+                )
+            )
     sink_topics = [("sink.topic", s.sink.topic)]
     if s.sink.dead_letter_topic:
         sink_topics.append(("sink.dead_letter_topic", s.sink.dead_letter_topic))
@@ -97,31 +137,44 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
         sink_topics.append(("window.late_topic", s.window.late_topic))
     for key, topic in sink_topics:
         if topic not in partitions:
-            out.append(Problem("error", key, f"topic {topic!r} does not exist on "
-                                             f"{s.kafka.bootstrap_servers}"))
+            out.append(
+                Problem(
+                    "error", key, f"topic {topic!r} does not exist on {s.kafka.bootstrap_servers}"
+                )
+            )
     source_partitions = sum(partitions.get(t, 0) for t in src.topics)
     if src.topics and source_partitions and s.job.parallelism > source_partitions:
-        out.append(Problem("warning", "job.parallelism",
-                           f"{s.job.parallelism} is above the {source_partitions} partition(s) of "
-                           f"{', '.join(src.topics)}: {s.job.parallelism - source_partitions} source "
-                           f"subtask(s) will sit idle"))
+        out.append(
+            Problem(
+                "warning",
+                "job.parallelism",
+                f"{s.job.parallelism} is above the {source_partitions} partition(s) of "
+                f"{', '.join(src.topics)}: {s.job.parallelism - source_partitions} source "
+                f"subtask(s) will sit idle",
+            )
+        )
 
     if s.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         broker_max = _broker_config(admin, metadata, BROKER_TX_MAX_KEY, timeout_s, ConfigResource)
         if broker_max is not None and s.sink.transaction_timeout > broker_max:
-            out.append(Problem(
-                "error", "sink.transaction_timeout",
-                f"{s.sink.transaction_timeout} ms ({format_ms(s.sink.transaction_timeout)}) is "
-                f"above the broker's {BROKER_TX_MAX_KEY}={broker_max} ({format_ms(broker_max)}): "
-                f"the producer's InitProducerId would fail. Lower sink.transaction_timeout to at "
-                f"most {broker_max}, or raise {BROKER_TX_MAX_KEY} on the broker"))
+            out.append(
+                Problem(
+                    "error",
+                    "sink.transaction_timeout",
+                    f"{s.sink.transaction_timeout} ms ({format_ms(s.sink.transaction_timeout)}) is "
+                    f"above the broker's {BROKER_TX_MAX_KEY}={broker_max} ({format_ms(broker_max)}): "
+                    f"the producer's InitProducerId would fail. Lower sink.transaction_timeout to at "
+                    f"most {broker_max}, or raise {BROKER_TX_MAX_KEY} on the broker",
+                )
+            )
     return out
 
 
 def _broker_config(admin, metadata, key: str, timeout_s: float, resource_cls) -> int | None:
     broker_id = sorted(metadata.brokers)[0]
-    futures = admin.describe_configs([resource_cls("broker", str(broker_id))],
-                                     request_timeout=timeout_s)
+    futures = admin.describe_configs(
+        [resource_cls("broker", str(broker_id))], request_timeout=timeout_s
+    )
     for future in futures.values():
         try:
             entry = future.result(timeout=timeout_s).get(key)
@@ -140,8 +193,9 @@ def service_problems(client, timeout_s: float = 5.0) -> list[Problem]:
     return [Problem("error", *found)] if found else []
 
 
-def run_preflight(settings: Settings, broker: bool = True,
-                  uses: tuple[str, ...] | set[str] = (), client=None) -> list[Problem]:
+def run_preflight(
+    settings: Settings, broker: bool = True, uses: tuple[str, ...] | set[str] = (), client=None
+) -> list[Problem]:
     """All rules; `uses` names the external services the job calls ("enrichment"),
     `client` is its enrichment client (pipelines.lookups), if it has one."""
     problems = static_problems(settings)

@@ -63,9 +63,13 @@ class ProcessGroups:
     def _ensure_reaper(self) -> subprocess.Popen:
         if self._reaper is None or self._reaper.poll() is not None:
             self._reaper = subprocess.Popen(
-                [sys.executable, "-m", "pipelines.processes"], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, "PYTHONPATH": _package_parent()})
+                [sys.executable, "-m", "pipelines.processes"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "PYTHONPATH": _package_parent()},
+            )
         return self._reaper
 
     def adopt(self, pgid: int) -> None:

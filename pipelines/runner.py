@@ -7,10 +7,10 @@ preflight run, jars checked. Known failures end as one readable line, never a Py
 
 from __future__ import annotations
 
-import logging
 import argparse
 import io
 import json
+import logging
 import os
 import re
 import signal
@@ -39,21 +39,35 @@ class Failure(Exception):
 
 def job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--env", help="config overlay: conf/<env>/<job>.yaml")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override one setting (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable)",
+    )
     parser.add_argument("--conf-dir", help="config root (default: the project's conf/)")
-    parser.add_argument("--skip-preflight", action="store_true",
-                        help="start without the broker-aware checks")
-    parser.add_argument("--from-checkpoint", metavar="PATH|latest",
-                        help="resume from a retained checkpoint or savepoint")
+    parser.add_argument(
+        "--skip-preflight", action="store_true", help="start without the broker-aware checks"
+    )
+    parser.add_argument(
+        "--from-checkpoint",
+        metavar="PATH|latest",
+        help="resume from a retained checkpoint or savepoint",
+    )
     return parser
 
 
 def load(job: str, args: argparse.Namespace, overrides: list[str] | None = None) -> Loaded:
     """The job's settings from the layers `args` names; its secrets are learned by the
     invocation's mask (`args.mask`, see `guarded`) so no error line can show them."""
-    loaded = load_settings(job, env=args.env, conf_dir=args.conf_dir,
-                           overrides=list(args.overrides or []) if overrides is None else overrides)
+    loaded = load_settings(
+        job,
+        env=args.env,
+        conf_dir=args.conf_dir,
+        overrides=list(args.overrides or []) if overrides is None else overrides,
+    )
     mask = getattr(args, "mask", None)
     if mask is not None:
         mask.learn(loaded.settings)
@@ -72,13 +86,18 @@ def prepare(job: str, args: argparse.Namespace) -> Loaded:
         log.info(f"resuming from {path}")
     if not args.skip_preflight:
         module = load_job(job)
-        problems = run_preflight(loaded.settings, uses=jobs.uses(module),
-                                 client=jobs.lookup_client(module, loaded.settings))
+        problems = run_preflight(
+            loaded.settings,
+            uses=jobs.uses(module),
+            client=jobs.lookup_client(module, loaded.settings),
+        )
         for problem in problems:
             log.info(str(problem))
         if has_errors(problems):
-            raise Failure(f"preflight found {sum(p.level == 'error' for p in problems)} error(s); "
-                          f"nothing was started")
+            raise Failure(
+                f"preflight found {sum(p.level == 'error' for p in problems)} error(s); "
+                f"nothing was started"
+            )
     return loaded
 
 
@@ -100,9 +119,12 @@ MAX_ERROR_CHARS = 500
 # where the input is the record (or a whole batch): never echo it, keep the inner exception.
 _PYFLINK_WRAPPED = re.compile(
     r"during handling input .*, (?P<type>[A-Za-z_][\w.]*)\((?P<quote>['\"])(?P<msg>.*?)(?P=quote)\)\)\s*$",
-    re.S | re.M)
-_PYTHON_ERROR_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Errors|Failed|Fault))"
-                                r": (?P<msg>.*)$")
+    re.S | re.M,
+)
+_PYTHON_ERROR_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Errors|Failed|Fault))"
+    r": (?P<msg>.*)$"
+)
 
 
 def explain_python_error(text: str) -> str | None:
@@ -222,7 +244,7 @@ def job_main(build, argv: list[str] | None = None) -> None:
 
 # ------------------------------------------------------------------ stopping
 
-STOP_DEADLINE_S = 27.0     # a stop request ends the process within this, whatever happens
+STOP_DEADLINE_S = 27.0  # a stop request ends the process within this, whatever happens
 SAVEPOINT_TIMEOUT_S = 15.0  # then: report, cancel, name the last retained checkpoint
 CANCEL_TIMEOUT_S = 6.0
 
@@ -277,8 +299,10 @@ class StopSignals:
     def _watchdog(self) -> None:
         if self._done.wait(self.deadline_s):
             return
-        self._force(f"the stop did not finish within {self.deadline_s:.0f} s: "
-                    f"killing the job's processes", 1)
+        self._force(
+            f"the stop did not finish within {self.deadline_s:.0f} s: killing the job's processes",
+            1,
+        )
 
     def _force(self, message: str, code: int) -> None:
         try:
@@ -349,6 +373,7 @@ def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
 
 # ------------------------------------------------------------------ local runs with progress
 
+
 @dataclass
 class RunResult:
     job_id: str
@@ -356,8 +381,12 @@ class RunResult:
     checkpoints: int
 
 
-def run_local(job: str, args: argparse.Namespace, progress_every: float = 2.0,
-              extra_conf: dict[str, str] | None = None) -> RunResult:
+def run_local(
+    job: str,
+    args: argparse.Namespace,
+    progress_every: float = 2.0,
+    extra_conf: dict[str, str] | None = None,
+) -> RunResult:
     """Run a job on an in-process mini-cluster, printing progress until it ends.
 
     SIGINT/SIGTERM cancel the job (its last retained checkpoint stays for
@@ -375,8 +404,13 @@ def run_local(job: str, args: argparse.Namespace, progress_every: float = 2.0,
             if client is None:
                 log.info(f"stopping ({stop.signame}): no job was running yet")
                 return RunResult("", "STOPPED", 0)
-            status = _stop(client, settings, getattr(args, "savepoint_on_stop", False),
-                           state.get("job_id", ""), stop.signame)
+            status = _stop(
+                client,
+                settings,
+                getattr(args, "savepoint_on_stop", False),
+                state.get("job_id", ""),
+                stop.signame,
+            )
             return RunResult(state.get("job_id", ""), status, 0)
 
     return _owned_local_run(body, job)
@@ -389,9 +423,13 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     from pipelines.environment import create_environment
     from pipelines.flink_compat import mini_cluster_rest_url
 
-    extra = {"rest.bind-port": "0", "rest.address": "127.0.0.1",
-             "rest.bind-address": "127.0.0.1",
-             "metrics.fetcher.update-interval": "2 s", **(extra_conf or {})}
+    extra = {
+        "rest.bind-port": "0",
+        "rest.address": "127.0.0.1",
+        "rest.bind-address": "127.0.0.1",
+        "metrics.fetcher.update-interval": "2 s",
+        **(extra_conf or {}),
+    }
     env = create_environment(loaded.settings, extra, uses=jobs.uses(module))
     module.build(env, loaded.settings)
     client = env.execute_async(job)
@@ -433,14 +471,20 @@ def _stop(client, settings, savepoint: bool, job_id: str, why: str) -> str:
     if savepoint:
         from pipelines.environment import savepoint_dir
 
-        log.info(f"stopping ({why}): taking a savepoint, then stopping the job "
-            f"(at most {SAVEPOINT_TIMEOUT_S:.0f} s)")
+        log.info(
+            f"stopping ({why}): taking a savepoint, then stopping the job "
+            f"(at most {SAVEPOINT_TIMEOUT_S:.0f} s)"
+        )
         try:
-            path = flink_compat.stop_with_savepoint(client, savepoint_dir(settings),
-                                                    SAVEPOINT_TIMEOUT_S)
+            path = flink_compat.stop_with_savepoint(
+                client, savepoint_dir(settings), SAVEPOINT_TIMEOUT_S
+            )
         except Exception as exc:  # noqa: BLE001 - timeout, job not running, Py4J
-            reason = ("it did not complete in time" if flink_compat.is_java_timeout(exc)
-                      else explain_java_error(exc) or str(exc).splitlines()[0])
+            reason = (
+                "it did not complete in time"
+                if flink_compat.is_java_timeout(exc)
+                else explain_java_error(exc) or str(exc).splitlines()[0]
+            )
             log.info(f"savepoint failed: {reason}; cancelling the job instead")
         else:
             log.info(f"savepoint written to {path}")
@@ -452,8 +496,10 @@ def _stop(client, settings, savepoint: bool, job_id: str, why: str) -> str:
     try:
         flink_compat.cancel_job(client, CANCEL_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - already ended, or the cancel hangs
-        log.info(f"cancel did not confirm within {CANCEL_TIMEOUT_S:.0f} s "
-            f"({explain_java_error(exc) or type(exc).__name__}); ending its processes")
+        log.info(
+            f"cancel did not confirm within {CANCEL_TIMEOUT_S:.0f} s "
+            f"({explain_java_error(exc) or type(exc).__name__}); ending its processes"
+        )
     log.info(_retained_line(settings, job_id))
     log.info(f"job {settings.job.name} canceled")
     return "CANCELED"
@@ -469,8 +515,7 @@ def _retained_line(settings, job_id: str) -> str:
     mine = [p for p in found if p.parent.name == job_id] or found
     if not mine:
         return "no retained checkpoint to resume from"
-    return (f"last retained checkpoint: {mine[-1].as_uri()} "
-            f"(resume with --from-checkpoint latest)")
+    return f"last retained checkpoint: {mine[-1].as_uri()} (resume with --from-checkpoint latest)"
 
 
 def _wait_done(future, seconds: float) -> None:
@@ -520,16 +565,23 @@ class ProgressMonitor:
         counts = cps.get("counts", {})
         self._last_checkpoints = counts.get("completed", self._last_checkpoints)
         slowest = ((cps.get("summary") or {}).get("end_to_end_duration") or {}).get("max", 0)
-        cp = (f"last checkpoint #{latest['id']} took {latest.get('end_to_end_duration', 0)} ms, "
-              f"slowest {slowest} ms" if latest else "no checkpoint yet")
+        cp = (
+            f"last checkpoint #{latest['id']} took {latest.get('end_to_end_duration', 0)} ms, "
+            f"slowest {slowest} ms"
+            if latest
+            else "no checkpoint yet"
+        )
         parts = [f"records in {totals.get('in', 0)}, out {totals.get('out', 0)}"]
         if "lookups" in totals:
-            parts.append(f"lookups {totals['lookups']} (failed {totals.get('lookupFailures', 0)}, "
-                         f"retried {totals.get('retries', 0)}), "
-                         f"marked missing {totals.get('markedMissing', 0)}")
+            parts.append(
+                f"lookups {totals['lookups']} (failed {totals.get('lookupFailures', 0)}, "
+                f"retried {totals.get('retries', 0)}), "
+                f"marked missing {totals.get('markedMissing', 0)}"
+            )
         if "deadLetters" in totals:
             parts.append(f"dead letters {totals['deadLetters']}")
-        parts += [cp, f"checkpoints {counts.get('completed', 0)} completed, "
-                      f"{counts.get('failed', 0)} failed"]
+        parts += [
+            cp,
+            f"checkpoints {counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed",
+        ]
         return " | ".join(parts)
-

@@ -46,6 +46,7 @@ def require(settings: Settings, key: str, why: str, when: str | None = None) -> 
 
 # ------------------------------------------------------------------ Kafka in and out
 
+
 def kafka_source(env, settings: Settings, uses: tuple[str, ...] = ()):
     """The configured Kafka source: rows (topic, partition, offset, timestamp, key, value),
     raw bytes, no watermarks yet. `uses` is the job's USES (lookups size its polls)."""
@@ -53,8 +54,12 @@ def kafka_source(env, settings: Settings, uses: tuple[str, ...] = ()):
 
     from pipelines.kafka import build_source, origin_type_info
 
-    return env.from_source(build_source(settings, uses), WatermarkStrategy.no_watermarks(),
-                           "kafka-source", type_info=origin_type_info()).uid("kafka-source")
+    return env.from_source(
+        build_source(settings, uses),
+        WatermarkStrategy.no_watermarks(),
+        "kafka-source",
+        type_info=origin_type_info(),
+    ).uid("kafka-source")
 
 
 def kafka_sink(records, settings: Settings) -> None:
@@ -76,18 +81,25 @@ def dead_letter_sink(settings: Settings, *streams) -> None:
     from pipelines.kafka import build_sink
 
     dead = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]
-    (dead.sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
-     .name("dead-letter-sink").uid("dead-letter-sink"))
+    (
+        dead.sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
+        .name("dead-letter-sink")
+        .uid("dead-letter-sink")
+    )
 
 
 def late_record_sink(late, settings: Settings) -> None:
     from pipelines.kafka import build_sink
 
-    (late.sink_to(build_sink(settings, settings.window.late_topic, id_suffix="-late"))
-     .name("late-sink").uid("late-sink"))
+    (
+        late.sink_to(build_sink(settings, settings.window.late_topic, id_suffix="-late"))
+        .name("late-sink")
+        .uid("late-sink")
+    )
 
 
 # ------------------------------------------------------------------ Python stages
+
 
 def batch_records(stream, size: int, delay_ms: int):
     """Insert the Java RecordBatcher (jars/src): rows -> lists of up to `size` rows, flushed
@@ -99,15 +111,23 @@ def batch_records(stream, size: int, delay_ms: int):
 
     batcher = get_gateway().jvm.pipelines.flink.RecordBatcher
     j_stream = java_stream(stream)
-    j_batched = j_stream.transform("batch", batcher.outputType(j_stream.getType()),
-                                   batcher(size, delay_ms))
+    j_batched = j_stream.transform(
+        "batch", batcher.outputType(j_stream.getType()), batcher(size, delay_ms)
+    )
     return python_stream(j_batched)
 
 
-def parse(raw, settings: Settings, *, batch_size: int | None = None,
-          batch_delay: int | None = None, per_record: bool = False,
-          event_time_field: str | None = None, trace_timing: bool = False,
-          extra_required: dict[str, FieldType] | None = None):
+def parse(
+    raw,
+    settings: Settings,
+    *,
+    batch_size: int | None = None,
+    batch_delay: int | None = None,
+    per_record: bool = False,
+    event_time_field: str | None = None,
+    trace_timing: bool = False,
+    extra_required: dict[str, FieldType] | None = None,
+):
     """Kafka rows -> valid JSON records, and dead letters (pipelines.parse). Returns
     (parsed, dead letters).
 
@@ -120,14 +140,26 @@ def parse(raw, settings: Settings, *, batch_size: int | None = None,
     from pipelines.parse import make_parse_function
 
     parse_fn, dead_letters_tag = make_parse_function(
-        settings.parse, settings.faults, settings.job.name, event_time_field=event_time_field,
-        batched=not per_record, trace_timing=trace_timing, errors=settings.errors,
+        settings.parse,
+        settings.faults,
+        settings.job.name,
+        event_time_field=event_time_field,
+        batched=not per_record,
+        trace_timing=trace_timing,
+        errors=settings.errors,
         extra_required=extra_required,
-        dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka))
+        dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
+    )
     if not per_record:
-        raw = batch_records(raw, batch_size or settings.python.batch_size,
-                            settings.python.batch_delay if batch_delay is None else batch_delay,
-                            ).name("batch").uid("batch")
+        raw = (
+            batch_records(
+                raw,
+                batch_size or settings.python.batch_size,
+                settings.python.batch_delay if batch_delay is None else batch_delay,
+            )
+            .name("batch")
+            .uid("batch")
+        )
     parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
     return parsed, parsed.get_side_output(dead_letters_tag)
 
@@ -139,8 +171,13 @@ def parse_for_enrichment(raw, settings: Settings):
 
     cfg = settings.enrichment
     if cfg.operator is EnrichmentOperator.BATCHED:
-        return parse(raw, settings, batch_size=cfg.effective_batch_size(),
-                     batch_delay=cfg.batch_delay, trace_timing=cfg.trace_timing)
+        return parse(
+            raw,
+            settings,
+            batch_size=cfg.effective_batch_size(),
+            batch_delay=cfg.batch_delay,
+            trace_timing=cfg.trace_timing,
+        )
     return parse(raw, settings, per_record=True, trace_timing=cfg.trace_timing)
 
 
@@ -168,8 +205,13 @@ def window_counts(parsed_records, settings: Settings):
 
     win, wm = settings.window, settings.watermarks
     timed, counts, late = window_counts_in_jvm(
-        parsed_records, watermark_strategy(wm), win.key_field, wm.event_time_field, win.size,
-        win.allowed_lateness)
+        parsed_records,
+        watermark_strategy(wm),
+        win.key_field,
+        wm.event_time_field,
+        win.size,
+        win.allowed_lateness,
+    )
     timed.name("event-time").uid("event-time")
     counts.name("count-per-window").uid("count-per-window")
     return counts, late.name("late-record").uid("late-record")

@@ -20,6 +20,7 @@ import yaml
 from pipelines.paths import PROJECT_ROOT
 from pipelines.settings import ConfigError, Loaded, is_secret_key
 
+
 @dataclass(frozen=True)
 class NewJob:
     module: Path
@@ -58,25 +59,38 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     the new job must own, and a smoke test."""
     from pipelines.jobs import names
 
-    if not name.isidentifier() or keyword.iskeyword(name) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise ConfigError(f"job name {name!r} is not allowed: use a lowercase Python identifier "
-                          f"(letters, digits, underscores; starting with a letter), e.g. orders_enrich")
+    if (
+        not name.isidentifier()
+        or keyword.iskeyword(name)
+        or not re.fullmatch(r"[a-z][a-z0-9_]*", name)
+    ):
+        raise ConfigError(
+            f"job name {name!r} is not allowed: use a lowercase Python identifier "
+            f"(letters, digits, underscores; starting with a letter), e.g. orders_enrich"
+        )
     templates = names(root / "pipelines" / "jobs")
     if template not in templates:
         raise ConfigError(f"--from {template!r} is not a job; allowed: {', '.join(templates)}")
-    target = NewJob(module=root / "pipelines" / "jobs" / f"{name}.py",
-                    config=root / "conf" / "base" / f"{name}.yaml",
-                    test=root / "tests" / "integration" / f"test_job_{name}.py")
-    existing = [str(p.relative_to(root)) for p in (target.module, target.config, target.test)
-                if p.exists()]
+    target = NewJob(
+        module=root / "pipelines" / "jobs" / f"{name}.py",
+        config=root / "conf" / "base" / f"{name}.yaml",
+        test=root / "tests" / "integration" / f"test_job_{name}.py",
+    )
+    existing = [
+        str(p.relative_to(root)) for p in (target.module, target.config, target.test) if p.exists()
+    ]
     if existing:
-        raise ConfigError(f"job {name!r} exists already ({', '.join(existing)}); nothing was written")
+        raise ConfigError(
+            f"job {name!r} exists already ({', '.join(existing)}); nothing was written"
+        )
 
     module = (root / "pipelines" / "jobs" / f"{template}.py").read_text()
     base_conf = yaml.safe_load((root / "conf" / "base" / f"{template}.yaml").read_text())
-    config = (f"# {name}: created from conf/base/{template}.yaml by `pipelines new`. It owns its\n"
-              f"# topics, group id and transactional id prefix; change them together.\n"
-              + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False))
+    config = (
+        f"# {name}: created from conf/base/{template}.yaml by `pipelines new`. It owns its\n"
+        f"# topics, group id and transactional id prefix; change them together.\n"
+        + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False)
+    )
     test = _TEST_TEMPLATES[_smoke_test_kind(module, base_conf)].format(name=name, template=template)
 
     target.module.write_text(module)
@@ -172,6 +186,7 @@ def test_{name}_counts_every_window(kafka, names):
 
 # ------------------------------------------------------------------ packaging
 
+
 def _secrets_as_references(tree: dict, loaded: Loaded, prefix: str = "") -> dict:
     out = {}
     for key, value in tree.items():
@@ -231,13 +246,21 @@ def _clear_earlier_package(out_dir: Path) -> None:
         raise ConfigError(f"--out {out_dir}: exists and is not a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()):
         if not (out_dir / PACKAGE_MARKER).is_file():
-            raise ConfigError(f"--out {out_dir}: not empty and not an earlier package (no "
-                              f"{PACKAGE_MARKER}); choose an empty or new directory")
+            raise ConfigError(
+                f"--out {out_dir}: not empty and not an earlier package (no "
+                f"{PACKAGE_MARKER}); choose an empty or new directory"
+            )
         shutil.rmtree(out_dir)
 
 
-def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
-                rest_url: str = "http://127.0.0.1:8081", src_root: Path = PROJECT_ROOT) -> Package:
+def package_job(
+    loaded: Loaded,
+    out_dir: Path,
+    python: str,
+    flink: str,
+    rest_url: str = "http://127.0.0.1:8081",
+    src_root: Path = PROJECT_ROOT,
+) -> Package:
     """Build `out_dir` (replaced whole) with everything a cluster needs for the job."""
     from pipelines import jars as jar_module
     from pipelines.flink_run import submit_command
@@ -245,12 +268,17 @@ def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
     job = loaded.settings.job.name
     jar_paths = jar_module.resolve()
     _clear_earlier_package(out_dir)
-    shutil.copytree(src_root / "pipelines", out_dir / "pipelines", ignore=_cluster_sources(job, src_root / "pipelines"))
+    shutil.copytree(
+        src_root / "pipelines",
+        out_dir / "pipelines",
+        ignore=_cluster_sources(job, src_root / "pipelines"),
+    )
     (out_dir / "conf" / "base").mkdir(parents=True)
     (out_dir / "conf" / "base" / f"{job}.yaml").write_text(
         f"# Effective config of {job}, written by `pipelines package`. Secrets are ${{env:...}}\n"
         f"# references: set those variables where the job is submitted.\n"
-        + yaml.safe_dump(effective_config(loaded), sort_keys=False))
+        + yaml.safe_dump(effective_config(loaded), sort_keys=False)
+    )
     (out_dir / "jars").mkdir()
     shutil.copy(jar_module.MANIFEST, out_dir / "jars" / "manifest.txt")
     if jar_module.SRC_DIR.is_dir():
@@ -260,16 +288,25 @@ def package_job(loaded: Loaded, out_dir: Path, python: str, flink: str,
     for jar in jar_paths:  # copied after src/, so the built jar is the newer one
         shutil.copy(jar, out_dir / "jars" / "lib" / jar.name)
         packaged.append(out_dir / "jars" / "lib" / jar.name)
-    command = submit_command(f"pipelines.jobs.{job}", [], packaged, rest_url,
-                             py_files=[out_dir], python=python, flink=flink)
+    command = submit_command(
+        f"pipelines.jobs.{job}",
+        [],
+        packaged,
+        rest_url,
+        py_files=[out_dir],
+        python=python,
+        flink=flink,
+    )
     (out_dir / "jars.txt").write_text("\n".join(p.name for p in packaged) + "\n")
     (out_dir / "SUBMIT.sh").write_text(
         "#!/usr/bin/env bash\n# Submit this package; extra arguments go to the job "
         "(e.g. --skip-preflight, --set key=value).\n"
-        f"cd \"$(dirname \"$0\")\"\n# The client must import this package, not another copy of `pipelines`.\n"
-        f"export PYTHONPATH=\"$PWD${{PYTHONPATH:+:$PYTHONPATH}}\"\n"
-        f"exec {shlex.join(command)} \"$@\"\n")
+        f'cd "$(dirname "$0")"\n# The client must import this package, not another copy of `pipelines`.\n'
+        f'export PYTHONPATH="$PWD${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'exec {shlex.join(command)} "$@"\n'
+    )
     (out_dir / "SUBMIT.sh").chmod(0o755)
-    (out_dir / PACKAGE_MARKER).write_text("written by `pipelines package`; the next package "
-                                          "into this directory replaces it\n")
+    (out_dir / PACKAGE_MARKER).write_text(
+        "written by `pipelines package`; the next package into this directory replaces it\n"
+    )
     return Package(out_dir, job, packaged, command)

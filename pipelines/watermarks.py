@@ -20,8 +20,9 @@ def watermark_strategy(cfg: WatermarkSettings):
 
     jvm = get_gateway().jvm
     duration = jvm.java.time.Duration.ofMillis
-    strategy = jvm.org.apache.flink.api.common.eventtime.WatermarkStrategy \
-        .forBoundedOutOfOrderness(duration(cfg.max_out_of_orderness))
+    strategy = jvm.org.apache.flink.api.common.eventtime.WatermarkStrategy.forBoundedOutOfOrderness(
+        duration(cfg.max_out_of_orderness)
+    )
     if cfg.idleness:
         strategy = strategy.withIdleness(duration(cfg.idleness))
     return strategy.withTimestampAssigner(jvm.pipelines.flink.JsonEventTime(cfg.event_time_field))

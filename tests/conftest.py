@@ -33,8 +33,10 @@ def pytest_sessionfinish(session, exitstatus):
     if orphans:
         for pid in orphans:
             kill_tree(pid)
-        print("\n[harness] Flink processes of this checkout outlived their parents "
-              "(ended now; a leak to fix):\n  " + "\n  ".join(orphans.values()))
+        print(
+            "\n[harness] Flink processes of this checkout outlived their parents "
+            "(ended now; a leak to fix):\n  " + "\n  ".join(orphans.values())
+        )
         session.exitstatus = 1
 
 

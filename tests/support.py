@@ -31,15 +31,24 @@ def job_env(extra: dict | None = None) -> dict:
     return {**os.environ, "PYTHONPATH": f"{ROOT}:{path}" if path else str(ROOT), **(extra or {})}
 
 
-def topic_args(kafka: str, names, *, out: str = "out", tx_suffix: str = "",
-               dead_letters: bool = False, late: bool = False) -> list[str]:
+def topic_args(
+    kafka: str,
+    names,
+    *,
+    out: str = "out",
+    tx_suffix: str = "",
+    dead_letters: bool = False,
+    late: bool = False,
+) -> list[str]:
     """The `--set` arguments that point a job at this test's broker, topics, group and
     transactional id prefix (each named by the `names` fixture: in, out, group, tx, dlq, late)."""
-    sets = [f"kafka.bootstrap_servers={kafka}",
-            f"source.topics=[{names('in')}]",
-            f"source.group_id={names('group')}",
-            f"sink.topic={names(out)}",
-            f"sink.transactional_id_prefix={names('tx')}{tx_suffix}"]
+    sets = [
+        f"kafka.bootstrap_servers={kafka}",
+        f"source.topics=[{names('in')}]",
+        f"source.group_id={names('group')}",
+        f"sink.topic={names(out)}",
+        f"sink.transactional_id_prefix={names('tx')}{tx_suffix}",
+    ]
     if dead_letters:
         sets.append(f"sink.dead_letter_topic={names('dlq')}")
     if late:
@@ -49,10 +58,16 @@ def topic_args(kafka: str, names, *, out: str = "out", tx_suffix: str = "",
 
 # ------------------------------------------------------------------ process trees
 
+
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace").strip()
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()
+        )
     except OSError:
         return ""
 
@@ -72,8 +87,11 @@ def still_alive(tree: dict[int, tuple[str, str]]) -> dict[int, str]:
     """The processes of an earlier `process_tree` snapshot still running (same start time;
     a zombie has ended and only waits for its parent to read its status)."""
     stats = proc_stats()
-    return {p: cmd for p, (start, cmd) in tree.items()
-            if p in stats and stats[p][19] == start and stats[p][0] != "Z"}
+    return {
+        p: cmd
+        for p, (start, cmd) in tree.items()
+        if p in stats and stats[p][19] == start and stats[p][0] != "Z"
+    }
 
 
 def wait_gone(tree: dict[int, tuple[str, str]], timeout: float) -> dict[int, str]:
@@ -157,8 +175,14 @@ LIVE: list["Started"] = []
 class Started:
     """A subprocess in a session of its own, its output collected, ended by the harness."""
 
-    def __init__(self, args: list[str], env: dict | None = None, sigint_ignored: bool = False,
-                 cwd: Path = ROOT, separate_stderr: bool = False):
+    def __init__(
+        self,
+        args: list[str],
+        env: dict | None = None,
+        sigint_ignored: bool = False,
+        cwd: Path = ROOT,
+        separate_stderr: bool = False,
+    ):
         def preexec():
             # As a CI runner or `cmd &` in a script starts it: SIGINT ignored.
             if sigint_ignored:
@@ -166,16 +190,26 @@ class Started:
 
         self.args = args
         self.proc = subprocess.Popen(
-            args, cwd=cwd, stdout=subprocess.PIPE, text=True, env=job_env(env),
+            args,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=job_env(env),
             stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
-            start_new_session=True, preexec_fn=preexec)
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
         self.lines: list[str] = []
         self.error_lines: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines),
-                                          daemon=True)]
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True)
+        ]
         if separate_stderr:
-            self._readers.append(threading.Thread(
-                target=self._read, args=(self.proc.stderr, self.error_lines), daemon=True))
+            self._readers.append(
+                threading.Thread(
+                    target=self._read, args=(self.proc.stderr, self.error_lines), daemon=True
+                )
+            )
         for reader in self._readers:
             reader.start()
         LIVE.append(self)
@@ -197,8 +231,10 @@ class Started:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.end()
-            raise AssertionError(f"{' '.join(self.args[2:])} still running after {timeout:.0f} s; "
-                                 f"its output:\n{self.output[-6000:]}") from None
+            raise AssertionError(
+                f"{' '.join(self.args[2:])} still running after {timeout:.0f} s; "
+                f"its output:\n{self.output[-6000:]}"
+            ) from None
         for reader in self._readers:
             reader.join(timeout=10)
         return code
@@ -226,16 +262,20 @@ def end_all_started() -> list[str]:
     return leftovers
 
 
-def run_cli(*args: str, timeout: float = 300, env: dict | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, timeout: float = 300, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run `pipelines ...` as a user would, in a session of its own; on timeout its whole
     tree is ended and its output is part of the failure."""
     started = Started([*CLI, *args], env=env, separate_stderr=True)
     code = started.wait(timeout)
     LIVE.remove(started)
-    out, err = ("".join(line + "\n" for line in lines)
-                for lines in (started.lines, started.error_lines))
+    out, err = (
+        "".join(line + "\n" for line in lines) for lines in (started.lines, started.error_lines)
+    )
     if check and code != 0:
-        raise AssertionError(f"pipelines {' '.join(args)} exited {code}\n"
-                             f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}")
+        raise AssertionError(
+            f"pipelines {' '.join(args)} exited {code}\n"
+            f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+        )
     return subprocess.CompletedProcess(started.args, code, out, err)

@@ -16,10 +16,16 @@ def main() -> None:
     parser = peer_arguments()
     parser.add_argument("--format", choices=["bytes", "json"], default="json")
     args = parser.parse_args()
-    app = Application(broker_address=args.bootstrap, consumer_group=args.group,
-                      auto_offset_reset="earliest", processing_guarantee="exactly-once",
-                      commit_interval=1.0, state_dir=args.state_dir, loglevel="WARNING",
-                      auto_create_topics=False)
+    app = Application(
+        broker_address=args.bootstrap,
+        consumer_group=args.group,
+        auto_offset_reset="earliest",
+        processing_guarantee="exactly-once",
+        commit_interval=1.0,
+        state_dir=args.state_dir,
+        loglevel="WARNING",
+        auto_create_topics=False,
+    )
     source = app.topic(args.source, value_deserializer=args.format)
     sink = app.topic(args.sink, value_serializer=args.format)
     app.dataframe(source).to_topic(sink)

@@ -29,16 +29,23 @@ def main() -> None:
 
     def enrich(records: list[dict]) -> list[dict]:
         body = json.dumps({"companies": [r["company"] for r in records]}).encode()
-        request = urllib.request.Request(batch_url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            batch_url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=30) as resp:
             results = json.load(resp)["results"]
         return [{**r, "enrichment": p} for r, p in zip(records, results)]
 
-    app = Application(broker_address=args.bootstrap, consumer_group=args.group,
-                      auto_offset_reset="earliest", processing_guarantee="exactly-once",
-                      commit_interval=1.0, state_dir=args.state_dir, loglevel="WARNING",
-                      auto_create_topics=True)
+    app = Application(
+        broker_address=args.bootstrap,
+        consumer_group=args.group,
+        auto_offset_reset="earliest",
+        processing_guarantee="exactly-once",
+        commit_interval=1.0,
+        state_dir=args.state_dir,
+        loglevel="WARNING",
+        auto_create_topics=True,
+    )
     source = app.topic(args.source, value_deserializer="json")
     sink = app.topic(args.sink, value_serializer="json")
     sdf = app.dataframe(source)

@@ -19,23 +19,31 @@ from pipelines.runner import Failure, load, prepare
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.build_parser(__doc__)
     sub = cli.subcommands(parser)
-    submit = cli.job_parser(sub, "submit", "submit a job with `flink run` to the local standalone cluster")
+    submit = cli.job_parser(
+        sub, "submit", "submit a job with `flink run` to the local standalone cluster"
+    )
     submit.add_argument("--detached", action="store_true", help="return once submitted")
 
     demo = cli.job_parser(sub, "demo", "create the job's topics and produce demo records")
     demo.add_argument("--records", type=int, default=1000)
-    demo.add_argument("--bad-every", type=int, default=100,
-                      help="every Nth record is malformed (0: none)")
+    demo.add_argument(
+        "--bad-every", type=int, default=100, help="every Nth record is malformed (0: none)"
+    )
     demo.add_argument("--partitions", type=int, default=3)
-
 
     kafka = sub.add_parser("kafka", help="the local jar-run Kafka broker")
     kafka.add_argument("action", choices=["up", "down", "status", "transactions"])
-    kafka.add_argument("tool_args", nargs=argparse.REMAINDER,
-                       help="transactions: arguments for Kafka's kafka-transactions tool, "
-                            "e.g. list | find-hanging --broker-id 1 | abort --topic T ...")
-    kafka.add_argument("--transaction-max-timeout-ms", type=int,
-                       help="broker transaction.max.timeout.ms (default: Kafka's 900000)")
+    kafka.add_argument(
+        "tool_args",
+        nargs=argparse.REMAINDER,
+        help="transactions: arguments for Kafka's kafka-transactions tool, "
+        "e.g. list | find-hanging --broker-id 1 | abort --topic T ...",
+    )
+    kafka.add_argument(
+        "--transaction-max-timeout-ms",
+        type=int,
+        help="broker transaction.max.timeout.ms (default: Kafka's 900000)",
+    )
 
     cluster = sub.add_parser("cluster", help="the local standalone Flink cluster")
     cluster.add_argument("action", choices=["up", "down", "status"])
@@ -61,9 +69,16 @@ def _submit(args) -> int:
     loaded = prepare(args.job, args)
     cluster = Cluster()
     if not cluster.overview():
-        raise Failure(f"no Flink cluster answers at {cluster.url}: start one with `make cluster-up`")
-    package = package_job(loaded, local_state("packages", args.job),
-                          python=sys.executable, flink=flink_binary(), rest_url=cluster.url)
+        raise Failure(
+            f"no Flink cluster answers at {cluster.url}: start one with `make cluster-up`"
+        )
+    package = package_job(
+        loaded,
+        local_state("packages", args.job),
+        python=sys.executable,
+        flink=flink_binary(),
+        rest_url=cluster.url,
+    )
     extra = ["--skip-preflight"]
     if args.from_checkpoint:
         extra += ["--from-checkpoint", args.from_checkpoint]
@@ -74,8 +89,14 @@ def _submit(args) -> int:
     # `flink run` is a JVM that starts a Python client: both in a group we end on any exit.
     owner = ProcessGroups()
     try:
-        proc = owner.popen(command + extra, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, cwd=package.root)
+        proc = owner.popen(
+            command + extra,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=package.root,
+        )
         stdout, stderr = proc.communicate()
     finally:
         owner.end()
@@ -86,17 +107,14 @@ def _submit(args) -> int:
     return 0
 
 
-
-
 def _demo(args) -> int:
     from pipelines.devtools.demo import prepare_demo
 
     loaded = load(args.job, args)
-    prepare_demo(loaded.settings, records=args.records, bad_every=args.bad_every,
-                 partitions=args.partitions)
+    prepare_demo(
+        loaded.settings, records=args.records, bad_every=args.bad_every, partitions=args.partitions
+    )
     return 0
-
-
 
 
 def _kafka(args) -> int:
@@ -117,20 +135,17 @@ def _kafka(args) -> int:
     return 0
 
 
-
-
 def _cluster(args) -> int:
     from pipelines.devtools.flink_cluster import Cluster, ClusterError
 
     cluster = Cluster()
     try:
-        {"up": cluster.up, "down": cluster.down,
-         "status": lambda: print(cluster.status())}[args.action]()
+        {"up": cluster.up, "down": cluster.down, "status": lambda: print(cluster.status())}[
+            args.action
+        ]()
     except ClusterError as exc:
         raise Failure(str(exc)) from None
     return 0
-
-
 
 
 def _enrichment(args) -> int:
@@ -156,8 +171,13 @@ def _enrichment(args) -> int:
     return 0
 
 
-HANDLERS = {"submit": _submit, "demo": _demo, "kafka": _kafka, "cluster": _cluster,
-            "enrichment": _enrichment}
+HANDLERS = {
+    "submit": _submit,
+    "demo": _demo,
+    "kafka": _kafka,
+    "cluster": _cluster,
+    "enrichment": _enrichment,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import time
 
 from pipelines.devtools.topics import create_topics, produce
@@ -15,8 +15,13 @@ COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne",
 
 
 def demo_record(i: int, ts_ms: int) -> dict:
-    return {"id": i, "company": COMPANIES[i % len(COMPANIES)], "amount": (i * 37) % 1000,
-            "key": COMPANIES[i % len(COMPANIES)], "ts": ts_ms}
+    return {
+        "id": i,
+        "company": COMPANIES[i % len(COMPANIES)],
+        "amount": (i * 37) % 1000,
+        "key": COMPANIES[i % len(COMPANIES)],
+        "ts": ts_ms,
+    }
 
 
 def demo_values(count: int, bad_every: int = 0, start_ms: int | None = None) -> list[bytes]:
@@ -25,8 +30,11 @@ def demo_values(count: int, bad_every: int = 0, start_ms: int | None = None) -> 
     values = []
     for i in range(count):
         if bad_every and i % bad_every == bad_every - 1:
-            values.append(b"{not json" if (i // bad_every) % 2 == 0
-                          else json.dumps({"company": "no-id"}).encode())
+            values.append(
+                b"{not json"
+                if (i // bad_every) % 2 == 0
+                else json.dumps({"company": "no-id"}).encode()
+            )
         else:
             values.append(json.dumps(demo_record(i, start_ms + i * 10)).encode())
     return values
@@ -49,5 +57,7 @@ def prepare_demo(settings: Settings, records: int, bad_every: int, partitions: i
     if not settings.source.topics:
         return
     sent = produce(bootstrap, settings.source.topics[0], demo_values(records, bad_every))
-    log.info(f"demo     produced {sent} records to {settings.source.topics[0]} "
-        f"({sent // bad_every if bad_every else 0} malformed)")
+    log.info(
+        f"demo     produced {sent} records to {settings.source.topics[0]} "
+        f"({sent // bad_every if bad_every else 0} malformed)"
+    )

@@ -8,11 +8,11 @@ with `python -m pipelines.devtools.enrichment_service`, or in the background wit
 
 from __future__ import annotations
 
-import logging
 import argparse
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import random
 import signal
@@ -105,9 +105,15 @@ def make_app(behaviour: Behaviour):
         return web.json_response({"ok": True})
 
     async def stats(_request):
-        return web.json_response({"requests": behaviour.requests, "failures": behaviour.failures,
-                                  "latency_ms": behaviour.latency_ms, "down": behaviour.down,
-                                  "failure_rate": behaviour.failure_rate})
+        return web.json_response(
+            {
+                "requests": behaviour.requests,
+                "failures": behaviour.failures,
+                "latency_ms": behaviour.latency_ms,
+                "down": behaviour.down,
+                "failure_rate": behaviour.failure_rate,
+            }
+        )
 
     async def admin(request: web.Request):
         body = await request.json()
@@ -117,20 +123,28 @@ def make_app(behaviour: Behaviour):
         return await stats(request)
 
     app = web.Application()
-    app.add_routes([web.get("/lookup", lookup), web.post("/lookup/batch", lookup_batch),
-                    web.get("/health", health),
-                    web.get("/stats", stats), web.post("/admin", admin)])
+    app.add_routes(
+        [
+            web.get("/lookup", lookup),
+            web.post("/lookup/batch", lookup_batch),
+            web.get("/health", health),
+            web.get("/stats", stats),
+            web.post("/admin", admin),
+        ]
+    )
     return app
 
 
 def serve(port: int, behaviour: Behaviour) -> None:
     from aiohttp import web
 
-    web.run_app(make_app(behaviour), host="127.0.0.1", port=port, print=None,
-                access_log=None, backlog=4096)
+    web.run_app(
+        make_app(behaviour), host="127.0.0.1", port=port, print=None, access_log=None, backlog=4096
+    )
 
 
 # ------------------------------------------------------------------ background control
+
 
 @dataclass(frozen=True)
 class Service:
@@ -159,34 +173,61 @@ class Service:
         return self._get("/stats")
 
     def configure(self, **behaviour) -> dict:
-        req = urllib.request.Request(f"{self.url}/admin", data=json.dumps(behaviour).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+        req = urllib.request.Request(
+            f"{self.url}/admin",
+            data=json.dumps(behaviour).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             return json.load(resp)
 
-    def up(self, latency_ms: float = 50, failure_rate: float = 0.0, jitter_ms: float = 0,
-           wait_s: float = 20) -> None:
+    def up(
+        self,
+        latency_ms: float = 50,
+        failure_rate: float = 0.0,
+        jitter_ms: float = 0,
+        wait_s: float = 20,
+    ) -> None:
         if self.healthy():
-            self.configure(latency_ms=latency_ms, failure_rate=failure_rate, jitter_ms=jitter_ms,
-                           down=False)
+            self.configure(
+                latency_ms=latency_ms, failure_rate=failure_rate, jitter_ms=jitter_ms, down=False
+            )
             log.info(f"enrich   running at {self.url} (latency {latency_ms:g} ms)")
             return
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.state_dir / f"service-{self.port}.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pipelines.devtools.enrichment_service",
-                 "--port", str(self.port), "--latency", f"{int(latency_ms)}ms",
-                 "--jitter", f"{int(jitter_ms)}ms", "--failure-rate", str(failure_rate)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "pipelines.devtools.enrichment_service",
+                    "--port",
+                    str(self.port),
+                    "--latency",
+                    f"{int(latency_ms)}ms",
+                    "--jitter",
+                    f"{int(jitter_ms)}ms",
+                    "--failure-rate",
+                    str(failure_rate),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.pid_file.write_text(str(proc.pid))
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise ServiceError(f"the enrichment service exited with {proc.returncode}; see "
-                                   f"{self.state_dir / f'service-{self.port}.log'}")
+                raise ServiceError(
+                    f"the enrichment service exited with {proc.returncode}; see "
+                    f"{self.state_dir / f'service-{self.port}.log'}"
+                )
             if self.healthy():
-                log.info(f"enrich   started at {self.url} (latency {latency_ms:g} ms, pid {proc.pid})")
+                log.info(
+                    f"enrich   started at {self.url} (latency {latency_ms:g} ms, pid {proc.pid})"
+                )
                 return
             time.sleep(0.2)
         raise ServiceError(f"the enrichment service did not answer at {self.url} in {wait_s:.0f}s")
@@ -208,8 +249,10 @@ class Service:
         stats = self.stats()
         if stats is None:
             return f"enrich   not running (expected at {self.url})"
-        return (f"enrich   running at {self.url}: {stats['requests']} requests, "
-                f"{stats['failures']} failed, latency {stats['latency_ms']:g} ms")
+        return (
+            f"enrich   running at {self.url}: {stats['requests']} requests, "
+            f"{stats['failures']} failed, latency {stats['latency_ms']:g} ms"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,9 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jitter", default="0ms")
     parser.add_argument("--failure-rate", type=float, default=0.0)
     args = parser.parse_args(argv)
-    serve(args.port, Behaviour(latency_ms=parse_duration_ms(args.latency),
-                               jitter_ms=parse_duration_ms(args.jitter),
-                               failure_rate=args.failure_rate))
+    serve(
+        args.port,
+        Behaviour(
+            latency_ms=parse_duration_ms(args.latency),
+            jitter_ms=parse_duration_ms(args.jitter),
+            failure_rate=args.failure_rate,
+        ),
+    )
 
 
 if __name__ == "__main__":

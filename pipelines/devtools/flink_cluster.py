@@ -7,8 +7,8 @@ first on PATH so the cluster's Python workers run the project's interpreter.
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 
 from pipelines.flink_run import flink_home
-from pipelines.processes import end_groups, group_alive
 from pipelines.paths import local_state
+from pipelines.processes import end_groups, group_alive
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +66,14 @@ class Cluster:
     def environ(self) -> dict[str, str]:
         venv_bin = str(Path(sys.executable).parent)
         env = dict(os.environ)
-        env.update({
-            "FLINK_CONF_DIR": str(self.conf_dir),
-            "FLINK_LOG_DIR": str(self.log_dir),
-            "FLINK_LIB_DIR": str(self.lib_dir),
-            "PATH": f"{venv_bin}:{env.get('PATH', '')}",
-        })
+        env.update(
+            {
+                "FLINK_CONF_DIR": str(self.conf_dir),
+                "FLINK_LOG_DIR": str(self.log_dir),
+                "FLINK_LIB_DIR": str(self.lib_dir),
+                "PATH": f"{venv_bin}:{env.get('PATH', '')}",
+            }
+        )
         return env
 
     def write_lib(self) -> None:
@@ -123,18 +125,27 @@ class Cluster:
         while time.monotonic() < deadline:
             info = self.overview()
             if info and info.get("taskmanagers", 0) >= 1:
-                log.info(f"flink    started at {self.url} ({info['slots-total']} slots, logs {self.log_dir})")
+                log.info(
+                    f"flink    started at {self.url} ({info['slots-total']} slots, logs {self.log_dir})"
+                )
                 return
             time.sleep(0.5)
-        raise ClusterError(f"the cluster did not report a TaskManager within {wait_s:.0f}s; "
-                           f"see {self.log_dir}:\n{self.log_tail()}")
+        raise ClusterError(
+            f"the cluster did not report a TaskManager within {wait_s:.0f}s; "
+            f"see {self.log_dir}:\n{self.log_tail()}"
+        )
 
     def down(self) -> None:
         if not self.conf_dir.is_dir():
             log.info("flink    not running")
             return
-        subprocess.run([str(flink_home() / "bin" / "stop-cluster.sh")], env=self.environ(),
-                       capture_output=True, text=True, timeout=120)
+        subprocess.run(
+            [str(flink_home() / "bin" / "stop-cluster.sh")],
+            env=self.environ(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.overview(0.5):
             time.sleep(0.5)
@@ -154,9 +165,14 @@ class Cluster:
     def _start_daemons(self, script: str, *args: str) -> tuple[int, str]:
         """Run a Flink start script in a session of its own: the daemons it forks keep that
         process group, which `down` ends. Returns (exit code, stderr)."""
-        proc = subprocess.Popen([str(flink_home() / "bin" / script), *args], env=self.environ(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [str(flink_home() / "bin" / script), *args],
+            env=self.environ(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         _, err = proc.communicate(timeout=120)
         self.groups_file.parent.mkdir(parents=True, exist_ok=True)
         with self.groups_file.open("a") as groups:
@@ -167,9 +183,11 @@ class Cluster:
         info = self.overview()
         if not info:
             return f"flink    not running (expected at {self.url})"
-        return (f"flink    running at {self.url}: {info['taskmanagers']} taskmanager(s), "
-                f"{info['slots-available']}/{info['slots-total']} slots free, "
-                f"{info['jobs-running']} job(s) running")
+        return (
+            f"flink    running at {self.url}: {info['taskmanagers']} taskmanager(s), "
+            f"{info['slots-available']}/{info['slots-total']} slots free, "
+            f"{info['jobs-running']} job(s) running"
+        )
 
     def taskmanager_pids(self) -> list[int]:
         pids = []

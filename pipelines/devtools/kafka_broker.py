@@ -73,9 +73,19 @@ class Broker:
         for old in self.libs.glob("*.jar"):
             old.unlink()
         result = subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-             "-DincludeScope=runtime", f"-DoutputDirectory={self.libs}"],
-            capture_output=True, text=True)
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "-f",
+                str(POM),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={self.libs}",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             tail = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
             raise BrokerError(f"mvn could not resolve the broker from {POM}: {tail}")
@@ -106,34 +116,50 @@ class Broker:
         props = self.state_dir / "server.properties"
         props.write_text("\n".join(lines) + "\n")
         log4j = self.state_dir / "log4j2.properties"
-        log4j.write_text("\n".join([
-            "status = warn",
-            "appender.file.type = File",
-            "appender.file.name = file",
-            f"appender.file.fileName = {self.log_file}",
-            "appender.file.layout.type = PatternLayout",
-            "appender.file.layout.pattern = [%d] %p %m (%c)%n",
-            "rootLogger.level = INFO",
-            "rootLogger.appenderRef.file.ref = file",
-            "logger.kafka.name = kafka",
-            "logger.kafka.level = INFO",
-            "logger.controller.name = org.apache.kafka.controller",
-            "logger.controller.level = WARN",
-        ]) + "\n")
+        log4j.write_text(
+            "\n".join(
+                [
+                    "status = warn",
+                    "appender.file.type = File",
+                    "appender.file.name = file",
+                    f"appender.file.fileName = {self.log_file}",
+                    "appender.file.layout.type = PatternLayout",
+                    "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+                    "rootLogger.level = INFO",
+                    "rootLogger.appenderRef.file.ref = file",
+                    "logger.kafka.name = kafka",
+                    "logger.kafka.level = INFO",
+                    "logger.controller.name = org.apache.kafka.controller",
+                    "logger.controller.level = WARN",
+                ]
+            )
+            + "\n"
+        )
         return props
 
     def _java(self, *args: str, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["java", "-cp", f"{self.libs}/*",
-             f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}", *args],
-            capture_output=True, text=True, **kw)
+            [
+                "java",
+                "-cp",
+                f"{self.libs}/*",
+                f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            **kw,
+        )
 
     def _format(self, props: Path) -> None:
         if (self.data / "meta.properties").is_file():
             return
-        cluster_id = self._java("kafka.tools.StorageTool", "random-uuid").stdout.strip().splitlines()[-1]
-        result = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                            "-c", str(props), "--standalone")
+        cluster_id = (
+            self._java("kafka.tools.StorageTool", "random-uuid").stdout.strip().splitlines()[-1]
+        )
+        result = self._java(
+            "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), "--standalone"
+        )
         if result.returncode != 0:
             raise BrokerError(f"formatting {self.data} failed: {result.stderr.strip()[-500:]}")
 
@@ -157,8 +183,13 @@ class Broker:
     def ready(self, timeout: float = 2.0) -> bool:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 1000,
-                             "logger": quiet_logger()})
+        admin = AdminClient(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "socket.timeout.ms": 1000,
+                "logger": quiet_logger(),
+            }
+        )
         try:
             metadata = admin.list_topics(timeout=timeout)
         except Exception:
@@ -175,32 +206,50 @@ class Broker:
                 if not port_free(port):
                     raise BrokerError(
                         f"the broker's {role} port {port} is taken by another process; stop it "
-                        f"or set PIPELINES_KAFKA_PORT to a port P with P and P+1 free")
+                        f"or set PIPELINES_KAFKA_PORT to a port P with P and P+1 free"
+                    )
         self.ensure_libs()
         props = self._write_config()
         self._format(props)
         heap = os.environ.get("PIPELINES_KAFKA_HEAP", "-Xmx768m")
         with open(self.state_dir / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
-                ["java", heap, "-XX:+UseG1GC", "-cp", f"{self.libs}/*",
-                 f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-                 "kafka.Kafka", str(props)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.state_dir)
+                [
+                    "java",
+                    heap,
+                    "-XX:+UseG1GC",
+                    "-cp",
+                    f"{self.libs}/*",
+                    f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+                    "kafka.Kafka",
+                    str(props),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.state_dir,
+            )
         self.pid_file.write_text(str(proc.pid))
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 cause = self.first_error()
-                raise BrokerError(f"the broker exited with code {proc.returncode}"
-                                  f"{': ' + cause if cause else ''}; last lines of "
-                                  f"{self.log_file}:\n{self.log_tail()}")
+                raise BrokerError(
+                    f"the broker exited with code {proc.returncode}"
+                    f"{': ' + cause if cause else ''}; last lines of "
+                    f"{self.log_file}:\n{self.log_tail()}"
+                )
             if self.ready(timeout=1.0):
-                log.info(f"kafka    started at {self.bootstrap} (pid {proc.pid}, log {self.log_file})")
+                log.info(
+                    f"kafka    started at {self.bootstrap} (pid {proc.pid}, log {self.log_file})"
+                )
                 return
             time.sleep(0.3)
-        raise BrokerError(f"the broker did not answer within {wait_s:.0f}s; last lines of "
-                          f"{self.log_file}:\n{self.log_tail()}")
+        raise BrokerError(
+            f"the broker did not answer within {wait_s:.0f}s; last lines of "
+            f"{self.log_file}:\n{self.log_tail()}"
+        )
 
     def down(self, kill: bool = False, wait_s: float = 60.0) -> None:
         pid = self.pid()
@@ -222,16 +271,24 @@ class Broker:
         pid = self.pid()
         if not pid:
             return f"kafka    not running (expected at {self.bootstrap})"
-        return (f"kafka    {'ready' if self.ready() else 'NOT answering'} at {self.bootstrap} "
-                f"(pid {pid}, log {self.log_file})")
+        return (
+            f"kafka    {'ready' if self.ready() else 'NOT answering'} at {self.bootstrap} "
+            f"(pid {pid}, log {self.log_file})"
+        )
 
     def transactions(self, args: list[str], bootstrap: str | None = None) -> int:
         """Kafka's own `kafka-transactions` tool (list, describe, find-hanging, abort)."""
         self.ensure_libs()
-        cmd = ["java", "-cp", f"{self.libs}/*",
-               f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-               "org.apache.kafka.tools.TransactionsCommand",
-               "--bootstrap-server", bootstrap or self.bootstrap, *args]
+        cmd = [
+            "java",
+            "-cp",
+            f"{self.libs}/*",
+            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+            "org.apache.kafka.tools.TransactionsCommand",
+            "--bootstrap-server",
+            bootstrap or self.bootstrap,
+            *args,
+        ]
         return subprocess.run(cmd).returncode
 
     def first_error(self) -> str:

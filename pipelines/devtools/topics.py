@@ -14,8 +14,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.kafka_clients import admin_client
 
-_COORDINATOR_NOT_READY = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                          KafkaError.COORDINATOR_NOT_AVAILABLE}
+_COORDINATOR_NOT_READY = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -27,8 +30,11 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 30.0)
     """Create each topic with the given partition count; existing ones are left alone."""
     client = admin(bootstrap)
     existing = set(client.list_topics(timeout=timeout).topics)
-    wanted = [NewTopic(t, num_partitions=n, replication_factor=1)
-              for t, n in topics.items() if t not in existing]
+    wanted = [
+        NewTopic(t, num_partitions=n, replication_factor=1)
+        for t, n in topics.items()
+        if t not in existing
+    ]
     if not wanted:
         return
     for topic, future in client.create_topics(wanted, request_timeout=timeout).items():
@@ -54,13 +60,19 @@ def delete_topics(bootstrap: str, topics: Iterable[str], timeout: float = 30.0) 
             future.result(timeout=timeout)
 
 
-def produce(bootstrap: str, topic: str, values: Iterable[bytes | str],
-            partition: int | None = None, timestamps: Iterable[int] | None = None,
-            keys: Iterable[bytes | str | None] | None = None) -> int:
+def produce(
+    bootstrap: str,
+    topic: str,
+    values: Iterable[bytes | str],
+    partition: int | None = None,
+    timestamps: Iterable[int] | None = None,
+    keys: Iterable[bytes | str | None] | None = None,
+) -> int:
     """Produce values in order: to one partition when given, else round-robin over all
     partitions (a sticky partitioner would put a fast burst on one). Returns the count."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    )
     spread = None
     if partition is None and keys is None:
         spread = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
@@ -90,19 +102,26 @@ def produce(bootstrap: str, topic: str, values: Iterable[bytes | str],
     return count
 
 
-def read_all(bootstrap: str, topic: str, isolation: str = "read_committed",
-             timeout_s: float = 60.0) -> list[bytes]:
+def read_all(
+    bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60.0
+) -> list[bytes]:
     """Every record of a topic, from the beginning to the log end (the LSO for read_committed)."""
     return [m.value() for m in read_messages(bootstrap, topic, isolation, timeout_s)]
 
 
-def read_messages(bootstrap: str, topic: str, isolation: str = "read_committed",
-                  timeout_s: float = 60.0) -> list:
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "isolation.level": isolation, "enable.partition.eof": True,
-    })
+def read_messages(
+    bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60.0
+) -> list:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
@@ -131,32 +150,43 @@ def read_messages(bootstrap: str, topic: str, isolation: str = "read_committed",
 
 def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> dict[int, int]:
     """Per partition: the log-end offset (read_uncommitted) or last stable offset (read_committed)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsets-probe",
-                         "isolation.level": isolation, "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "offsets-probe",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in meta.partitions}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in meta.partitions
+        }
     finally:
         consumer.close()
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str,
-                      retry_s: float = 15.0) -> dict[int, int]:
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, retry_s: float = 15.0
+) -> dict[int, int]:
     """The group's committed offset per partition, as the broker stores it (-1001: none).
 
     A fresh broker answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while it creates
     __consumer_offsets; those are retried for up to `retry_s`.
     """
     deadline = time.monotonic() + retry_s
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         while True:
             try:
-                parts = consumer.committed([TopicPartition(topic, p) for p in meta.partitions],
-                                           timeout=10)
+                parts = consumer.committed(
+                    [TopicPartition(topic, p) for p in meta.partitions], timeout=10
+                )
                 return {tp.partition: tp.offset for tp in parts}
             except KafkaException as exc:
                 error = exc.args[0]

@@ -36,14 +36,18 @@ def names(jobs_dir: Path = JOBS_DIR) -> list[str]:
 
 def load(name: str) -> ModuleType:
     if not NAME.fullmatch(name):
-        raise UnknownJob(f"no job named {name!r}: a job is a module pipelines/jobs/<name>.py, its "
-                         f"name lowercase letters, digits and _ (jobs here: {', '.join(names())})")
+        raise UnknownJob(
+            f"no job named {name!r}: a job is a module pipelines/jobs/<name>.py, its "
+            f"name lowercase letters, digits and _ (jobs here: {', '.join(names())})"
+        )
     try:
         return importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError as exc:
         if exc.name in (f"{__name__}.{name}", __name__):
-            raise UnknownJob(f"no job named {name!r} (no module pipelines/jobs/{name}.py; jobs "
-                             f"here: {', '.join(names())})") from None
+            raise UnknownJob(
+                f"no job named {name!r} (no module pipelines/jobs/{name}.py; jobs "
+                f"here: {', '.join(names())})"
+            ) from None
         raise
 
 

@@ -24,8 +24,11 @@ def lookup_client(settings: Settings) -> EnrichmentClient:
 
 
 def build(env, settings: Settings) -> None:
-    stages.require(settings, "sink.dead_letter_topic",
-                   "malformed records must go somewhere, never silently dropped")
+    stages.require(
+        settings,
+        "sink.dead_letter_topic",
+        "malformed records must go somewhere, never silently dropped",
+    )
     raw = stages.kafka_source(env, settings, USES)
     parsed, bad_records = stages.parse_for_enrichment(raw, settings)
     enriched, failed_lookups = stages.enrich(parsed, settings, lookup_client)

@@ -17,9 +17,12 @@ def build(env, settings: Settings) -> None:
     if not settings.parse.validate_records:
         stages.raw_kafka_sink(raw, settings)
         return
-    stages.require(settings, "sink.dead_letter_topic",
-                   "records that fail the check must go somewhere",
-                   when="when parse.validate_records is true")
+    stages.require(
+        settings,
+        "sink.dead_letter_topic",
+        "records that fail the check must go somewhere",
+        when="when parse.validate_records is true",
+    )
     parsed, bad_records = stages.parse(raw, settings)
     stages.kafka_sink(stages.records(parsed), settings)
     stages.dead_letter_sink(settings, bad_records)

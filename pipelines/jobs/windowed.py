@@ -20,8 +20,11 @@ def build(env, settings: Settings) -> None:
     # The window key and event time are checked here, where a bad record can still go to
     # dead letters: the JVM stages below never meet a record without them.
     parsed, bad_records = stages.parse(
-        raw, settings, event_time_field=settings.watermarks.event_time_field,
-        extra_required={settings.window.key_field: FieldType.ANY})
+        raw,
+        settings,
+        event_time_field=settings.watermarks.event_time_field,
+        extra_required={settings.window.key_field: FieldType.ANY},
+    )
     counts, late = stages.window_counts(stages.records(parsed), settings)
     stages.kafka_sink(counts, settings)
     stages.late_record_sink(late, settings)

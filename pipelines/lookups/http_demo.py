@@ -12,8 +12,11 @@ from pipelines.lookups import EnrichmentFailed, PermanentLookupError, TransientL
 
 def http_error(status: int, url: str) -> EnrichmentFailed:
     """4xx (but 408 and 429) means this request will never succeed; anything else may."""
-    cls = (PermanentLookupError if 400 <= status < 500 and status not in (408, 429)
-           else TransientLookupError)
+    cls = (
+        PermanentLookupError
+        if 400 <= status < 500 and status not in (408, 429)
+        else TransientLookupError
+    )
     return cls(f"HTTP {status} from {url}")
 
 
@@ -51,7 +54,9 @@ class DemoHttpClient:
 
         session = await self._ensure()
         try:
-            async with session.get(self.url, params={"company": str(record[self.KEY_FIELD])}) as resp:
+            async with session.get(
+                self.url, params={"company": str(record[self.KEY_FIELD])}
+            ) as resp:
                 if resp.status != 200:
                     raise http_error(resp.status, self.url)
                 return await resp.json()
@@ -70,8 +75,10 @@ class DemoHttpClient:
                 results = (await resp.json())["results"]
         except aiohttp.ClientError as exc:
             raise TransientLookupError(f"{type(exc).__name__}: {exc}") from exc
-        return [http_error(int(r.get("status", 500)), self.batch_url) if "error" in r else r
-                for r in results]
+        return [
+            http_error(int(r.get("status", 500)), self.batch_url) if "error" in r else r
+            for r in results
+        ]
 
     async def close(self) -> None:
         if self._session is not None:
@@ -96,6 +103,8 @@ class DemoHttpClient:
             reason = getattr(exc, "reason", None) or exc
             if isinstance(reason, OSError) and reason.strerror:
                 reason = reason.strerror
-            return key, (f"no enrichment service answered at {url} within {timeout_s:.0f}s "
-                         f"({reason}); start it (the demo: `make enrichment-up`) or pass "
-                         f"--skip-preflight")
+            return key, (
+                f"no enrichment service answered at {url} within {timeout_s:.0f}s "
+                f"({reason}); start it (the demo: `make enrichment-up`) or pass "
+                f"--skip-preflight"
+            )

@@ -14,9 +14,11 @@ def java_client_properties(kafka: KafkaConnection) -> dict[str, str]:
     sec = kafka.security
     props["security.protocol"] = sec.protocol.value
     if sec.sasl_mechanism and sec.username and sec.password:
-        module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
-                  if sec.sasl_mechanism is SaslMechanism.PLAIN
-                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        module = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if sec.sasl_mechanism is SaslMechanism.PLAIN
+            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
         props["sasl.mechanism"] = sec.sasl_mechanism.value
         props["sasl.jaas.config"] = (
             f'{module} required username="{sec.username}" '

@@ -54,8 +54,13 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _merge(base: dict[str, Any], overlay: dict[str, Any], origin: str,
-           sources: dict[str, str], prefix: str = "") -> None:
+def _merge(
+    base: dict[str, Any],
+    overlay: dict[str, Any],
+    origin: str,
+    sources: dict[str, str],
+    prefix: str = "",
+) -> None:
     for key, value in overlay.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict) and isinstance(base.get(key), dict):
@@ -73,7 +78,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     # Kafka property names contain dots: everything after `properties.` is one key.
     if "properties" in parts:
         i = parts.index("properties")
-        parts = parts[: i + 1] + [".".join(parts[i + 1:])] if i + 1 < len(parts) else parts
+        parts = parts[: i + 1] + [".".join(parts[i + 1 :])] if i + 1 < len(parts) else parts
     node = tree
     for part in parts[:-1]:
         node = node.setdefault(part, {})
@@ -93,8 +98,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{_rel(path)}: the top level must be a mapping of sections, "
-                          f"not {type(data).__name__}")
+        raise ConfigError(
+            f"{_rel(path)}: the top level must be a mapping of sections, not {type(data).__name__}"
+        )
     return data
 
 
@@ -165,7 +171,11 @@ def _explain(exc: ValidationError, sources: dict[str, str]) -> str:
             msg = err["msg"].removeprefix("Value error, ")
             if is_secret_key(key):
                 msg = f"{msg} (value not shown: it is a secret; quote it in YAML)"
-            elif "input" in err and etype not in ("value_error",) and not isinstance(err["input"], dict):
+            elif (
+                "input" in err
+                and etype not in ("value_error",)
+                and not isinstance(err["input"], dict)
+            ):
                 msg = f"{msg} (got {err['input']!r})"
         origin = _origin_of(key, sources)
         lines.append(f"{origin}: {key}: {msg}")
@@ -199,16 +209,21 @@ def load_settings(
     base = conf / "base" / f"{job}.yaml"
     if not base.is_file():
         known = sorted(p.stem for p in (conf / "base").glob("*.yaml"))
-        raise ConfigError(f"{_rel(base)}: no such job config; jobs with a config: "
-                          f"{', '.join(known) or 'none'}")
+        raise ConfigError(
+            f"{_rel(base)}: no such job config; jobs with a config: {', '.join(known) or 'none'}"
+        )
     layers = [base]
     if env:
         overlay = conf / env / f"{job}.yaml"
         if not overlay.is_file():
-            envs = sorted(p.name for p in conf.iterdir() if p.is_dir() and p.name not in ("base", "local"))
-            raise ConfigError(f"{_rel(overlay)}: no overlay for env {env!r}; "
-                              f"envs with a {job}.yaml: "
-                              f"{', '.join(e for e in envs if (conf / e / f'{job}.yaml').is_file()) or 'none'}")
+            envs = sorted(
+                p.name for p in conf.iterdir() if p.is_dir() and p.name not in ("base", "local")
+            )
+            raise ConfigError(
+                f"{_rel(overlay)}: no overlay for env {env!r}; "
+                f"envs with a {job}.yaml: "
+                f"{', '.join(e for e in envs if (conf / e / f'{job}.yaml').is_file()) or 'none'}"
+            )
         layers.append(overlay)
     local = conf / "local" / f"{job}.yaml"
     if local.is_file():
@@ -218,14 +233,16 @@ def load_settings(
 
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX):
-            dotted = name[len(ENV_PREFIX):].lower().replace("__", ".")
+            dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
             piece: dict[str, Any] = {}
             _set_dotted(piece, dotted, _value_for(dotted, environ[name]))
             _merge(tree, piece, f"env {name}", sources)
 
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"--set {item}: expected key=value, e.g. --set source.group_id=my-group")
+            raise ConfigError(
+                f"--set {item}: expected key=value, e.g. --set source.group_id=my-group"
+            )
         key, _, value = item.partition("=")
         piece = {}
         _set_dotted(piece, key.strip(), _value_for(key.strip(), value))
@@ -237,8 +254,10 @@ def load_settings(
     except ValidationError as exc:
         raise ConfigError(_explain(exc, sources)) from None
     if settings.job.name != job:
-        raise ConfigError(f"{sources.get('job.name')}: job.name: {settings.job.name!r} must match "
-                          f"the job being run ({job!r})")
+        raise ConfigError(
+            f"{sources.get('job.name')}: job.name: {settings.job.name!r} must match "
+            f"the job being run ({job!r})"
+        )
     return Loaded(settings, sources, resolved)
 
 
@@ -248,8 +267,13 @@ def effective_view(loaded: Loaded) -> list[tuple[str, str, str]]:
     rows = []
     for key, value in sorted(_flatten(dumped).items()):
         shown = mask_value(key, value)
-        rows.append((key, shown, _origin_of(key, loaded.sources) if key in loaded.sources
-                     or any(k.startswith(key) for k in loaded.sources) else DEFAULT_SOURCE))
+        rows.append(
+            (
+                key,
+                shown,
+                _origin_of(key, loaded.sources)
+                if key in loaded.sources or any(k.startswith(key) for k in loaded.sources)
+                else DEFAULT_SOURCE,
+            )
+        )
     return rows
-
-

@@ -12,8 +12,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from pipelines.settings.values import Model, duration_fields, parse_duration_ms  # noqa: F401
 
-
 # --------------------------------------------------------------------------- kafka
+
 
 class SecurityProtocol(str, Enum):
     PLAINTEXT = "PLAINTEXT"
@@ -59,12 +59,15 @@ class KafkaConnection(Model):
     @classmethod
     def _stringify(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {str(k): str(val).lower() if isinstance(val, bool) else str(val)
-                    for k, val in v.items()}
+            return {
+                str(k): str(val).lower() if isinstance(val, bool) else str(val)
+                for k, val in v.items()
+            }
         return v
 
 
 # --------------------------------------------------------------------------- source
+
 
 class StartMode(str, Enum):
     GROUP_OFFSETS = "group-offsets"
@@ -147,7 +150,8 @@ class SourceSettings(Model):
     _dur = duration_fields("partition_discovery_interval")
 
     _props = field_validator("properties", mode="before")(
-        lambda cls, v: KafkaConnection._stringify(v))
+        lambda cls, v: KafkaConnection._stringify(v)
+    )
 
     @field_validator("topics", mode="before")
     @classmethod
@@ -168,14 +172,15 @@ class SourceSettings(Model):
 
 # --------------------------------------------------------------------------- checkpoints
 
+
 class CheckpointMode(str, Enum):
     EXACTLY_ONCE = "exactly-once"
     AT_LEAST_ONCE = "at-least-once"
 
 
 class Retention(str, Enum):
-    RETAIN = "retain"   # keep the last checkpoint when the job is cancelled: it can be resumed
-    DELETE = "delete"   # drop it on cancellation; kept only when the job fails
+    RETAIN = "retain"  # keep the last checkpoint when the job is cancelled: it can be resumed
+    DELETE = "delete"  # drop it on cancellation; kept only when the job fails
 
 
 class CheckpointSettings(Model):
@@ -200,8 +205,10 @@ class CheckpointSettings(Model):
     @model_validator(mode="after")
     def _unaligned_needs_exactly_once(self) -> "CheckpointSettings":
         if self.unaligned and self.mode is CheckpointMode.AT_LEAST_ONCE:
-            raise ValueError("unaligned checkpoints need mode exactly-once "
-                             "(Flink ignores them under at-least-once)")
+            raise ValueError(
+                "unaligned checkpoints need mode exactly-once "
+                "(Flink ignores them under at-least-once)"
+            )
         return self
 
     @field_validator("storage", "savepoints")
@@ -233,6 +240,7 @@ class RestartSettings(Model):
 
 # --------------------------------------------------------------------------- sink
 
+
 class DeliveryGuarantee(str, Enum):
     EXACTLY_ONCE = "exactly-once"
     AT_LEAST_ONCE = "at-least-once"
@@ -263,16 +271,17 @@ class SinkSettings(Model):
 
 # --------------------------------------------------------------------------- enrichment
 
+
 class OnFailure(str, Enum):
-    DEAD_LETTER = "dead-letter"    # the record goes to dead letters with the reason: replayable
+    DEAD_LETTER = "dead-letter"  # the record goes to dead letters with the reason: replayable
     MARK_MISSING = "mark-missing"  # emit the record with enrichment missing and why
-    FAIL = "fail"                  # fail the job (the restart strategy decides what next)
+    FAIL = "fail"  # fail the job (the restart strategy decides what next)
 
 
 class EnrichmentOperator(str, Enum):
     BATCHED = "batched"  # the project's operator: records cross into Python in batches
-    ASYNC = "async"      # PyFlink's AsyncDataStream per record, as documented (a timeout per record)
-    SYNC = "sync"        # a blocking lookup per record: the reports' way, for comparison only
+    ASYNC = "async"  # PyFlink's AsyncDataStream per record, as documented (a timeout per record)
+    SYNC = "sync"  # a blocking lookup per record: the reports' way, for comparison only
 
 
 class EnrichmentSettings(Model):
@@ -342,7 +351,7 @@ class WindowSettings(Model):
 
 
 class FieldType(str, Enum):
-    ANY = "any"          # present and not null
+    ANY = "any"  # present and not null
     STRING = "string"
     INTEGER = "integer"
     NUMBER = "number"
@@ -409,4 +418,3 @@ class Settings(Model):
     watermarks: WatermarkSettings = Field(default_factory=WatermarkSettings)
     window: WindowSettings = Field(default_factory=WindowSettings)
     faults: FaultSettings = Field(default_factory=FaultSettings)
-

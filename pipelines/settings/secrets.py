@@ -51,11 +51,14 @@ def resolve_secret_refs(tree: Any, sources: dict[str, str], prefix: str = "") ->
             try:
                 return path.read_text(encoding="utf-8").strip()
             except UnicodeDecodeError as exc:
-                raise ConfigError(f"{origin}: {key}: secret file {name} is not UTF-8 text "
-                                  f"(byte {exc.start}); write the secret as text") from None
+                raise ConfigError(
+                    f"{origin}: {key}: secret file {name} is not UTF-8 text "
+                    f"(byte {exc.start}); write the secret as text"
+                ) from None
             except OSError as exc:
-                raise ConfigError(f"{origin}: {key}: secret file {name} cannot be read: "
-                                  f"{exc.strerror}") from None
+                raise ConfigError(
+                    f"{origin}: {key}: secret file {name} cannot be read: {exc.strerror}"
+                ) from None
     return tree
 
 

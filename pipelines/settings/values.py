@@ -17,8 +17,16 @@ class ConfigError(Exception):
 
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|m|min|h|d)?\s*$")
-_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
-            "h": 3_600_000, "d": 86_400_000}
+_UNIT_MS = {
+    None: 1,
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
 
 
 def parse_duration_ms(value: Any) -> int:
@@ -52,6 +60,6 @@ DURATION_FIELDS: set[str] = set()
 
 def duration_fields(*names: str):
     DURATION_FIELDS.update(names)
-    return field_validator(*names, mode="before")(lambda cls, v: None if v is None else parse_duration_ms(v))
-
-
+    return field_validator(*names, mode="before")(
+        lambda cls, v: None if v is None else parse_duration_ms(v)
+    )

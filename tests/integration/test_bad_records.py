@@ -28,17 +28,27 @@ POISON: list[tuple[bytes | None, str]] = [
     (b"\xff\xfe{bad", "not UTF-8: invalid start byte at byte 0"),
     (None, "empty record (null value)"),
     (HUGE, "not valid JSON: Expecting value at line 1 column 1"),
-    (b"[" * 50_000 + b"]" * 50_000,
-     "not parseable: JSON nested deeper than the parser's recursion limit"),
-    (b'{"id": ' + b"7" * 5000 + b"}", "not parseable: Exceeds the limit (4300 digits) for "
-                                      "integer string conversion: value has 5000 digits; use "
-                                      "sys.set_int_max_str_digits() to increase the limit"),
-    (b'{"id": 1, "company": "acme", "key": "a", "ts": NaN}', "not parseable: NaN is not valid JSON"),
+    (
+        b"[" * 50_000 + b"]" * 50_000,
+        "not parseable: JSON nested deeper than the parser's recursion limit",
+    ),
+    (
+        b'{"id": ' + b"7" * 5000 + b"}",
+        "not parseable: Exceeds the limit (4300 digits) for "
+        "integer string conversion: value has 5000 digits; use "
+        "sys.set_int_max_str_digits() to increase the limit",
+    ),
+    (
+        b'{"id": 1, "company": "acme", "key": "a", "ts": NaN}',
+        "not parseable: NaN is not valid JSON",
+    ),
     (b"[1, 2, 3]", "not a JSON object: list"),
     (b'"just text"', "not a JSON object: str"),
-    (b'{"id": 1, "company": "acme", "key": "a", "ts": 1, "_origin": {"x": 1}}',
-     "field '_origin' is reserved for the record's origin (parse.origin_field); rename it in "
-     "the data or set parse.origin_field"),
+    (
+        b'{"id": 1, "company": "acme", "key": "a", "ts": 1, "_origin": {"x": 1}}',
+        "field '_origin' is reserved for the record's origin (parse.origin_field); rename it in "
+        "the data or set parse.origin_field",
+    ),
 ]
 ENRICH_POISON = POISON + [
     (b'{"id": 1, "company": null}', "required field(s) not usable: company is null"),
@@ -47,8 +57,7 @@ ENRICH_POISON = POISON + [
     (b'{"id": 1, "company": "ghost"}', "enrichment refused the record: HTTP 404 from {url}"),
 ]
 WINDOW_POISON = POISON + [
-    (b'{"id": 1, "key": null, "ts": 1700000000000}',
-     "required field(s) not usable: key is null"),
+    (b'{"id": 1, "key": null, "ts": 1700000000000}', "required field(s) not usable: key is null"),
     (b'{"id": 1, "ts": 1700000000000}', "missing required field(s): key"),
     (b'{"id": 1, "key": "a", "ts": "yesterday"}', "ts is not epoch milliseconds: 'yesterday'"),
 ]
@@ -89,10 +98,19 @@ def test_no_record_stops_the_enrich_job(kafka, names, enrichment_service):
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), values)
     enrichment_service.configure(latency_ms=5, unknown=["ghost"])
-    proc = run_cli("run", "enrich", *topic_args(kafka, names, dead_letters=True),
-                   "--set", f"enrichment.url={enrichment_service.url}",
-                   "--set", "source.bounded=true", "--set", "checkpoint.interval=1s",
-                   "--set", "enrichment.retries=3")
+    proc = run_cli(
+        "run",
+        "enrich",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        f"enrichment.url={enrichment_service.url}",
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "checkpoint.interval=1s",
+        "--set",
+        "enrichment.retries=3",
+    )
     assert "job enrich finished" in proc.stdout, proc.stdout
     out = [json.loads(v) for v in read_all(kafka, names("out"))]
     assert sorted(r["id"] for r in out) == list(range(301))
@@ -100,23 +118,39 @@ def test_no_record_stops_the_enrich_job(kafka, names, enrichment_service):
     [user_source] = [r for r in out if r["id"] == 300]
     assert user_source["source"] == "crm"  # a user field is never overwritten
     assert user_source["_origin"]["topic"] == names("in")
-    check_dead_letters(kafka, names("dlq"), ENRICH_POISON, names("in"),
-                       url=f"{enrichment_service.url}/lookup/batch")
+    check_dead_letters(
+        kafka,
+        names("dlq"),
+        ENRICH_POISON,
+        names("in"),
+        url=f"{enrichment_service.url}/lookup/batch",
+    )
 
 
 def test_no_record_stops_the_windowed_job(kafka, names):
     base = 1_700_000_000_000
-    good = [json.dumps({"id": i, "key": "ab"[i % 2], "ts": base + i * 100}).encode()
-            for i in range(300)]
+    good = [
+        json.dumps({"id": i, "key": "ab"[i % 2], "ts": base + i * 100}).encode() for i in range(300)
+    ]
     values = interleave(good, [v for v, _ in WINDOW_POISON])
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1, names("late"): 1})
     produce(kafka, names("in"), values)
-    proc = run_cli("run", "windowed", *topic_args(kafka, names, dead_letters=True, late=True),
-                   "--set", "source.bounded=true", "--set", "checkpoint.interval=1s",
-                   "--set", "watermarks.max_out_of_orderness=1min")
+    proc = run_cli(
+        "run",
+        "windowed",
+        *topic_args(kafka, names, dead_letters=True, late=True),
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "checkpoint.interval=1s",
+        "--set",
+        "watermarks.max_out_of_orderness=1min",
+    )
     assert "job windowed finished" in proc.stdout, proc.stdout
-    counts = {(c["key"], c["window_start"]): c["count"]
-              for c in map(json.loads, read_all(kafka, names("out")))}
+    counts = {
+        (c["key"], c["window_start"]): c["count"]
+        for c in map(json.loads, read_all(kafka, names("out")))
+    }
     expected = Counter(("ab"[i % 2], base + (i * 100) // 10_000 * 10_000) for i in range(300))
     assert counts == dict(expected)
     check_dead_letters(kafka, names("dlq"), WINDOW_POISON, names("in"))
@@ -130,8 +164,15 @@ def test_the_passthrough_copy_is_byte_exact_whatever_the_bytes(kafka, names):
     values = interleave(good, [v for v, _ in POISON])
     create_topics(kafka, {names("in"): 3, names("out"): 3})
     produce(kafka, names("in"), values)
-    proc = run_cli("run", "passthrough", *topic_args(kafka, names),
-                   "--set", "source.bounded=true", "--set", "checkpoint.interval=1s")
+    proc = run_cli(
+        "run",
+        "passthrough",
+        *topic_args(kafka, names),
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "checkpoint.interval=1s",
+    )
     assert "job passthrough finished" in proc.stdout, proc.stdout
     assert Counter(read_all(kafka, names("out"))) == Counter(values)
 
@@ -141,9 +182,17 @@ def test_no_record_stops_the_validating_passthrough_job(kafka, names):
     values = interleave(good, [v for v, _ in POISON])
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), values)
-    proc = run_cli("run", "passthrough", *topic_args(kafka, names, dead_letters=True),
-                   "--set", "parse.validate_records=true",
-                   "--set", "source.bounded=true", "--set", "checkpoint.interval=1s")
+    proc = run_cli(
+        "run",
+        "passthrough",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        "parse.validate_records=true",
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "checkpoint.interval=1s",
+    )
     assert "job passthrough finished" in proc.stdout, proc.stdout
     out = [json.loads(v) for v in read_all(kafka, names("out"))]
     assert sorted(r["id"] for r in out) == list(range(200))

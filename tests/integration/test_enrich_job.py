@@ -16,32 +16,48 @@ from pipelines.devtools.topics import (
     produce,
     read_all,
 )
-from tests.support import run_cli, topic_args
 from tests.integration.helpers import RunningJob
+from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
 
 def enrich_args(kafka, names, service, *extra, out="out"):
-    return ["enrich", *topic_args(kafka, names, out=out, tx_suffix=f"-{out}", dead_letters=True),
-            "--set", f"enrichment.url={service.url}", *extra]
+    return [
+        "enrich",
+        *topic_args(kafka, names, out=out, tx_suffix=f"-{out}", dead_letters=True),
+        "--set",
+        f"enrichment.url={service.url}",
+        *extra,
+    ]
 
 
 def _decoded(kafka, topic) -> list[dict]:
     return [json.loads(v) for v in read_all(kafka, topic)]
 
 
-def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(kafka, names,
-                                                                        enrichment_service):
+def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(
+    kafka, names, enrichment_service
+):
     """shared/seeds/000 scaled down: 3 partitions, 3000 records, 250 ms lookups, 3 slots,
     2 s checkpoints. The topic takes ~10 checkpoint intervals to work through."""
     total = 3000
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("out2"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(total))
     enrichment_service.configure(latency_ms=250)
-    job = RunningJob(*enrich_args(kafka, names, enrichment_service,
-                                  "--set", "job.parallelism=3", "--set", "enrichment.capacity=5",
-                                  "--set", "checkpoint.interval=2s"))
+    job = RunningJob(
+        *enrich_args(
+            kafka,
+            names,
+            enrichment_service,
+            "--set",
+            "job.parallelism=3",
+            "--set",
+            "enrichment.capacity=5",
+            "--set",
+            "checkpoint.interval=2s",
+        )
+    )
     samples: list[tuple[float, int]] = []  # (when, committed total)
     try:
         deadline = time.monotonic() + 180
@@ -60,9 +76,11 @@ def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(kafka, 
     completed = stats["counts"]["completed"]
     slowest = stats["summary"]["end_to_end_duration"]["max"]
     failed = [h for h in stats["history"] if h["status"] == "FAILED"]
-    print(f"committed totals while running: {sorted(set(totals))}; longest gap between moves "
-          f"{max(gaps, default=0):.1f} s; {completed} checkpoints completed, slowest {slowest} ms, "
-          f"{len(failed)} failed after starting")
+    print(
+        f"committed totals while running: {sorted(set(totals))}; longest gap between moves "
+        f"{max(gaps, default=0):.1f} s; {completed} checkpoints completed, slowest {slowest} ms, "
+        f"{len(failed)} failed after starting"
+    )
     assert totals == sorted(totals), "committed offsets went backwards"
     assert totals[-1] >= total * 0.5, f"offsets stalled at {totals[-1]}:\n{job.output}"
     assert failed == []
@@ -76,8 +94,19 @@ def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(kafka, 
     ends = end_offsets(kafka, names("in"))
     # Restart with group-offsets into a second output topic: it starts where the group stopped.
     enrichment_service.configure(latency_ms=5)
-    run_cli("run", *enrich_args(kafka, names, enrichment_service, "--set", "source.bounded=true",
-                                "--set", "enrichment.capacity=100", out="out2"))
+    run_cli(
+        "run",
+        *enrich_args(
+            kafka,
+            names,
+            enrichment_service,
+            "--set",
+            "source.bounded=true",
+            "--set",
+            "enrichment.capacity=100",
+            out="out2",
+        ),
+    )
     second = _decoded(kafka, names("out2"))
     first_offsets = {}
     for record in second:
@@ -88,18 +117,27 @@ def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(kafka, 
     # Records were produced round-robin: record i sits at partition i % 3, offset i // 3.
     # The restart read exactly those at or after the committed offsets, each once.
     assert sorted(r["id"] for r in second) == [
-        i for i in range(total) if i // 3 >= stopped_at[i % 3]]
+        i for i in range(total) if i // 3 >= stopped_at[i % 3]
+    ]
 
 
-def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(kafka, names,
-                                                                           enrichment_service):
+def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
+    kafka, names, enrichment_service
+):
     total, bad_every = 1500, 50
     values = demo_values(total, bad_every=bad_every)
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), values)
     enrichment_service.configure(latency_ms=100)
-    args = enrich_args(kafka, names, enrichment_service, "--set", "enrichment.capacity=10",
-                       "--set", "checkpoint.interval=1s")
+    args = enrich_args(
+        kafka,
+        names,
+        enrichment_service,
+        "--set",
+        "enrichment.capacity=10",
+        "--set",
+        "checkpoint.interval=1s",
+    )
     first = RunningJob(*args, "--savepoint-on-stop")
     try:
         first.wait_for(r"records in (\d{3,})", 120)
@@ -129,7 +167,8 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(kafk
     assert len(set(bad_origins)) == total // bad_every
     assert {d["error"] for d in dlq} == {
         "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2",
-        "missing required field(s): id"}
+        "missing required field(s): id",
+    }
 
 
 @pytest.mark.cluster
@@ -137,8 +176,9 @@ def test_enrich_submitted_with_flink_run(kafka, names, enrichment_service, flink
     total = 400
     create_topics(kafka, {names("in"): 2, names("out"): 2, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(total, bad_every=40))
-    proc = run_cli("submit", *enrich_args(kafka, names, enrichment_service,
-                                          "--set", "source.bounded=true"))
+    proc = run_cli(
+        "submit", *enrich_args(kafka, names, enrichment_service, "--set", "source.bounded=true")
+    )
     assert "Job has been submitted with JobID" in proc.stdout
     out, dlq = _decoded(kafka, names("out")), _decoded(kafka, names("dlq"))
     assert sorted(r["id"] for r in out) == [i for i in range(total) if i % 40 != 39]

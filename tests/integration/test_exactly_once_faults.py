@@ -28,9 +28,8 @@ from pipelines.devtools.topics import (
     read_all,
 )
 from pipelines.processes import descendants
-from tests.support import CLI, ROOT, run_cli, topic_args
 from tests.integration.helpers import RunningJob
-from tests.support import kill_tree
+from tests.support import CLI, ROOT, kill_tree, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -42,13 +41,22 @@ def job(kafka, names, enrichment_service, tmp_path):
     """Topics with N records, and the enrich job's arguments for them."""
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(N))
-    args = ["enrich", *topic_args(kafka, names, dead_letters=True),
-            "--set", f"enrichment.url={enrichment_service.url}",
-            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
-            "--set", f"checkpoint.savepoints=file://{tmp_path}/savepoints",
-            "--set", "checkpoint.interval=1s",
-            "--set", "enrichment.capacity=20",
-            "--set", "source.bounded=true"]
+    args = [
+        "enrich",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        f"enrichment.url={enrichment_service.url}",
+        "--set",
+        f"checkpoint.storage=file://{tmp_path}/checkpoints",
+        "--set",
+        f"checkpoint.savepoints=file://{tmp_path}/savepoints",
+        "--set",
+        "checkpoint.interval=1s",
+        "--set",
+        "enrichment.capacity=20",
+        "--set",
+        "source.bounded=true",
+    ]
     enrichment_service.configure(latency_ms=20)
     return args
 
@@ -58,8 +66,10 @@ def assert_exactly_once(kafka, topic, label: str) -> list[dict]:
     counts = Counter(r["id"] for r in records)
     duplicates = {i: c for i, c in counts.items() if c > 1}
     missing = set(range(N)) - set(counts)
-    print(f"[{label}] input {N}, output {len(records)}, distinct {len(counts)}, "
-          f"duplicates {len(duplicates)}, missing {len(missing)}")
+    print(
+        f"[{label}] input {N}, output {len(records)}, distinct {len(counts)}, "
+        f"duplicates {len(duplicates)}, missing {len(missing)}"
+    )
     assert not duplicates, f"ids written more than once: {sorted(duplicates)[:20]}"
     assert not missing, f"ids lost: {sorted(missing)[:20]}"
     assert len(records) == N
@@ -79,7 +89,8 @@ def assert_out_and_dead_letters_exactly_once(kafka, names, service) -> None:
     print(f"[outage, dead-letter] input {N}, output {len(out)}, dead letters {len(dead)}")
     assert dead, "the outage should have sent records to dead letters"
     assert {d["error"] for d in dead} == {
-        f"enrichment unavailable: HTTP 503 from {service.url}/lookup/batch (2 attempts)"}
+        f"enrichment unavailable: HTTP 503 from {service.url}/lookup/batch (2 attempts)"
+    }
     assert sorted(out + dead_ids) == list(range(N))
     for topic in (names("out"), names("dlq")):
         assert end_offsets(kafka, topic, "read_committed") == end_offsets(kafka, topic)
@@ -107,8 +118,12 @@ def resume_until_complete(kafka, names, *args: str) -> RunningJob:
     """
     resumed = RunningJob(*args)
     try:
-        wait_until(lambda: len(read_all(kafka, names("out"))) >= N
-                   or resumed.proc.poll() is not None, 240, "all output committed", every=2)
+        wait_until(
+            lambda: len(read_all(kafka, names("out"))) >= N or resumed.proc.poll() is not None,
+            240,
+            "all output committed",
+            every=2,
+        )
     finally:
         code = resumed.interrupt()
     assert code == 0, resumed.output
@@ -116,14 +131,23 @@ def resume_until_complete(kafka, names, *args: str) -> RunningJob:
 
 
 def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names, job, tmp_path):
-    run_cli("run", *job, "--set", "faults.fail_after_records=1000",
-            "--set", f"faults.marker_dir={tmp_path}", "--set", "restart.delay=1s")
+    run_cli(
+        "run",
+        *job,
+        "--set",
+        "faults.fail_after_records=1000",
+        "--set",
+        f"faults.marker_dir={tmp_path}",
+        "--set",
+        "restart.delay=1s",
+    )
     assert (tmp_path / "fault-fired-0").exists(), "the fault never fired"
     assert_exactly_once(kafka, names("out"), "task failure")
 
 
-def test_killed_minicluster_process_resumes_from_latest_checkpoint(kafka, names, job,
-                                                                  enrichment_service):
+def test_killed_minicluster_process_resumes_from_latest_checkpoint(
+    kafka, names, job, enrichment_service
+):
     enrichment_service.configure(latency_ms=100)
     crashed = RunningJob(*job)
     try:
@@ -146,12 +170,13 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(kafka, names,
 
 
 @pytest.mark.cluster
-def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(kafka, names, job,
-                                                                  enrichment_service,
-                                                                  flink_cluster):
+def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(
+    kafka, names, job, enrichment_service, flink_cluster
+):
     enrichment_service.configure(latency_ms=100)
-    submitted = run_cli("submit", *job, "--detached", "--set", "restart.attempts=20",
-                        "--set", "restart.delay=2s")
+    submitted = run_cli(
+        "submit", *job, "--detached", "--set", "restart.attempts=20", "--set", "restart.delay=2s"
+    )
     job_id = re.search(r"JobID ([0-9a-f]{32})", submitted.stdout).group(1)
     try:
         wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
@@ -164,8 +189,12 @@ def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(kafka, names,
         killed_at = progress(kafka, names)
         enrichment_service.configure(latency_ms=5)
         flink_cluster.start_taskmanager()
-        wait_until(lambda: (flink_cluster.job(job_id) or {}).get("state") == "FINISHED", 240,
-                   "the job to finish after the TaskManager came back", every=2)
+        wait_until(
+            lambda: (flink_cluster.job(job_id) or {}).get("state") == "FINISHED",
+            240,
+            "the job to finish after the TaskManager came back",
+            every=2,
+        )
     finally:
         state = (flink_cluster.job(job_id) or {}).get("state")
         if state not in (None, "FINISHED", "CANCELED", "FAILED"):
@@ -182,8 +211,9 @@ def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichm
         assert first.interrupt() == 0, first.output
     savepoint = first.wait_for(r"savepoint written to (\S+)").group(1)
     enrichment_service.configure(latency_ms=5)
-    resumed = resume_until_complete(kafka, names, *job, "--from-checkpoint", savepoint,
-                                    "--set", "job.parallelism=3")
+    resumed = resume_until_complete(
+        kafka, names, *job, "--from-checkpoint", savepoint, "--set", "job.parallelism=3"
+    )
     assert f"resuming from {savepoint}" in resumed.output
     assert_exactly_once(kafka, names("out"), "savepoint p1 -> p3")
 
@@ -209,15 +239,42 @@ def test_broker_restart_mid_stream(kafka, names, job, enrichment_service):
 def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_service, policy):
     settings = {
         # retries span the 3 s outage: 200+400+800+1600+3200 ms of backoff
-        "retry": ["--set", "enrichment.retries=5", "--set", "enrichment.backoff=200ms",
-                  "--set", "enrichment.timeout=500ms"],
-        "dead-letter": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
-                        "--set", "enrichment.on_failure=dead-letter"],
-        "mark-missing": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
-                         "--set", "enrichment.on_failure=mark-missing"],
-        "fail": ["--set", "enrichment.retries=1", "--set", "enrichment.backoff=50ms",
-                 "--set", "enrichment.on_failure=fail", "--set", "restart.attempts=20",
-                 "--set", "restart.delay=2s"],
+        "retry": [
+            "--set",
+            "enrichment.retries=5",
+            "--set",
+            "enrichment.backoff=200ms",
+            "--set",
+            "enrichment.timeout=500ms",
+        ],
+        "dead-letter": [
+            "--set",
+            "enrichment.retries=1",
+            "--set",
+            "enrichment.backoff=50ms",
+            "--set",
+            "enrichment.on_failure=dead-letter",
+        ],
+        "mark-missing": [
+            "--set",
+            "enrichment.retries=1",
+            "--set",
+            "enrichment.backoff=50ms",
+            "--set",
+            "enrichment.on_failure=mark-missing",
+        ],
+        "fail": [
+            "--set",
+            "enrichment.retries=1",
+            "--set",
+            "enrichment.backoff=50ms",
+            "--set",
+            "enrichment.on_failure=fail",
+            "--set",
+            "restart.attempts=20",
+            "--set",
+            "restart.delay=2s",
+        ],
     }[policy]
     enrichment_service.configure(latency_ms=40)
     running = RunningJob(*job, *settings)
@@ -237,7 +294,8 @@ def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_servi
     if policy == "mark-missing":
         assert missing, "the outage should have left records marked missing"
         assert {r["enrichment_error"] for r in missing} == {
-            f"HTTP 503 from {enrichment_service.url}/lookup/batch (2 attempts)"}
+            f"HTTP 503 from {enrichment_service.url}/lookup/batch (2 attempts)"
+        }
     else:
         # retry: the retries outlast the outage; fail: failed, restarted, re-enriched.
         assert missing == []

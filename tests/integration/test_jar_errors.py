@@ -13,8 +13,14 @@ pytestmark = pytest.mark.integration
 
 
 def _run(lib_dir):
-    return run_cli("run", "passthrough", "--skip-preflight", check=False, timeout=120,
-                   env={"PIPELINES_JAR_LIB": str(lib_dir)})
+    return run_cli(
+        "run",
+        "passthrough",
+        "--skip-preflight",
+        check=False,
+        timeout=120,
+        env={"PIPELINES_JAR_LIB": str(lib_dir)},
+    )
 
 
 def test_missing_jar_says_run_make_jars(tmp_path):
@@ -24,7 +30,8 @@ def test_missing_jar_says_run_make_jars(tmp_path):
     assert lines == [
         f"error: missing jar {tmp_path}/flink-sql-connector-kafka-5.0.0-2.2.jar "
         f"(org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2): run `make jars`; "
-        f"missing jar {tmp_path}/pipelines-flink.jar (built from jars/src): run `make jars`"]
+        f"missing jar {tmp_path}/pipelines-flink.jar (built from jars/src): run `make jars`"
+    ]
 
 
 def test_corrupt_jar_is_caught_by_its_checksum(tmp_path):

@@ -12,8 +12,8 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.support import run_cli, topic_args
 from tests.integration.helpers import RunningJob
+from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +26,18 @@ def outage(kafka, names, enrichment_service):
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(N))
     enrichment_service.configure(latency_ms=1, down=True)
-    return ["enrich", *topic_args(kafka, names, dead_letters=True),
-            "--set", f"enrichment.url={enrichment_service.url}",
-            "--set", f"enrichment.retries={RETRIES}", "--set", "enrichment.backoff=10ms",
-            "--set", "checkpoint.interval=1s"]
+    return [
+        "enrich",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        f"enrichment.url={enrichment_service.url}",
+        "--set",
+        f"enrichment.retries={RETRIES}",
+        "--set",
+        "enrichment.backoff=10ms",
+        "--set",
+        "checkpoint.interval=1s",
+    ]
 
 
 def _counts(job: RunningJob, pattern: str, timeout: float = 120) -> re.Match:
@@ -37,15 +45,17 @@ def _counts(job: RunningJob, pattern: str, timeout: float = 120) -> re.Match:
 
 
 @pytest.mark.parametrize("policy", ["dead-letter", "mark-missing"])
-def test_total_outage_is_counted_exactly_under(policy, kafka, names, outage,
-                                               enrichment_service):
+def test_total_outage_is_counted_exactly_under(policy, kafka, names, outage, enrichment_service):
     job = RunningJob(*outage, "--set", f"enrichment.on_failure={policy}")
     attempts = N * (RETRIES + 1)
     missing = N if policy == "mark-missing" else 0
     dead = N if policy == "dead-letter" else 0
     try:
-        line = _counts(job, rf"lookups {attempts} \(failed {attempts}, retried {N * RETRIES}\), "
-                            rf"marked missing {missing} \| dead letters {dead} \|")
+        line = _counts(
+            job,
+            rf"lookups {attempts} \(failed {attempts}, retried {N * RETRIES}\), "
+            rf"marked missing {missing} \| dead letters {dead} \|",
+        )
     finally:
         assert job.interrupt() == 0, job.output
     print(line.string)
@@ -55,11 +65,13 @@ def test_total_outage_is_counted_exactly_under(policy, kafka, names, outage,
     if policy == "dead-letter":
         assert out == []
         assert sorted(d["origin"]["offset"] for d in dlq) == sorted(
-            i // 3 for i in range(N))  # round-robin over 3 partitions
+            i // 3 for i in range(N)
+        )  # round-robin over 3 partitions
         assert {d["error"] for d in dlq} == {f"enrichment unavailable: {reason}"}
         assert all(d["stage"] == "enrich" for d in dlq)
-        assert sorted(json.loads(__import__("base64").b64decode(d["value_b64"]))["id"]
-                      for d in dlq) == list(range(N))
+        assert sorted(
+            json.loads(__import__("base64").b64decode(d["value_b64"]))["id"] for d in dlq
+        ) == list(range(N))
     else:
         assert dlq == []
         assert sorted(r["id"] for r in out) == list(range(N))
@@ -68,13 +80,25 @@ def test_total_outage_is_counted_exactly_under(policy, kafka, names, outage,
 
 
 def test_total_outage_under_fail_fails_the_job_and_writes_nothing(kafka, names, outage):
-    proc = run_cli("run", *outage, "--set", "enrichment.on_failure=fail",
-                   "--set", "restart.attempts=1", "--set", "restart.delay=1s", check=False)
+    proc = run_cli(
+        "run",
+        *outage,
+        "--set",
+        "enrichment.on_failure=fail",
+        "--set",
+        "restart.attempts=1",
+        "--set",
+        "restart.delay=1s",
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = proc.stderr.strip().splitlines()
-    assert re.fullmatch(r"error: job enrich failed: EnrichmentFailed: enrichment of record "
-                        r"\d+ failed: HTTP 503 from http://127\.0\.0\.1:\d+/lookup/batch "
-                        r"\(3 attempts\)", line), line
+    assert re.fullmatch(
+        r"error: job enrich failed: EnrichmentFailed: enrichment of record "
+        r"\d+ failed: HTTP 503 from http://127\.0\.0\.1:\d+/lookup/batch "
+        r"\(3 attempts\)",
+        line,
+    ), line
     assert read_all(kafka, names("out")) == [] and read_all(kafka, names("dlq")) == []
 
 
@@ -82,9 +106,11 @@ def test_preflight_names_an_enrichment_service_that_does_not_answer(kafka, names
     dead_url = "http://127.0.0.1:1"
     proc = run_cli("doctor", *outage, "--set", f"enrichment.url={dead_url}", check=False)
     assert proc.returncode == 2
-    assert (f"error: enrichment.url: no enrichment service answered at {dead_url} within 5s "
-            f"(Connection refused); start it (the demo: `make enrichment-up`) or pass "
-            f"--skip-preflight") in proc.stdout
+    assert (
+        f"error: enrichment.url: no enrichment service answered at {dead_url} within 5s "
+        f"(Connection refused); start it (the demo: `make enrichment-up`) or pass "
+        f"--skip-preflight"
+    ) in proc.stdout
     assert proc.stderr.strip() == "error: preflight found 1 error(s); nothing was started"
 
 

@@ -13,8 +13,10 @@ pytestmark = pytest.mark.integration
 def _job_args(names, kafka):
     return [
         *topic_args(kafka, names),
-        "--set", "source.bounded=true",
-        "--set", "checkpoint.interval=1s",
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "checkpoint.interval=1s",
     ]
 
 
@@ -41,8 +43,10 @@ def test_flink_run_on_standalone_cluster_copies_topic_exactly(kafka, names, flin
 
     assert "Job has been submitted with JobID" in proc.stdout
     # The cluster ran the package `pipelines package` built, not this working tree.
-    assert f"job passthrough from {ROOT / '.local' / 'packages' / 'passthrough' / 'pipelines'}" \
+    assert (
+        f"job passthrough from {ROOT / '.local' / 'packages' / 'passthrough' / 'pipelines'}"
         in proc.stdout
+    )
     got = [v.decode() for v in read_all(kafka, names("out"), isolation="read_committed")]
     assert sorted(got) == sorted(_expected(700))
 

@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
-from tests.support import run_cli, topic_args
 from tests.integration.helpers import RunningJob
+from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -21,8 +21,13 @@ PER_PARTITION = 50
 def _seed(kafka, names, timestamps=None):
     create_topics(kafka, {names("in"): PARTITIONS, names("out"): PARTITIONS})
     for p in range(PARTITIONS):
-        produce(kafka, names("in"), [f"p{p}-{i}" for i in range(PER_PARTITION)], partition=p,
-                timestamps=timestamps)
+        produce(
+            kafka,
+            names("in"),
+            [f"p{p}-{i}" for i in range(PER_PARTITION)],
+            partition=p,
+            timestamps=timestamps,
+        )
 
 
 def _args(kafka, names, *extra):
@@ -30,8 +35,7 @@ def _args(kafka, names, *extra):
 
 
 def _bounded(kafka, names, *extra, check=True):
-    return run_cli("run", *_args(kafka, names, "--set", "source.bounded=true", *extra),
-                   check=check)
+    return run_cli("run", *_args(kafka, names, "--set", "source.bounded=true", *extra), check=check)
 
 
 def _out(kafka, names) -> list[str]:
@@ -55,33 +59,63 @@ def test_group_offsets_resume_from_committed(kafka, names):
     _seed(kafka, names)
     committed = {0: 10, 1: 25, 2: 49}
     consumer = Consumer({"bootstrap.servers": kafka, "group.id": names("group")})
-    consumer.commit(offsets=[TopicPartition(names("in"), p, o) for p, o in committed.items()],
-                    asynchronous=False)
+    consumer.commit(
+        offsets=[TopicPartition(names("in"), p, o) for p, o in committed.items()],
+        asynchronous=False,
+    )
     consumer.close()
-    _bounded(kafka, names, "--set", "source.start.mode=group-offsets",
-             "--set", "source.start.fallback=latest")
-    assert _out(kafka, names) == _records({p: range(o, PER_PARTITION) for p, o in committed.items()})
+    _bounded(
+        kafka,
+        names,
+        "--set",
+        "source.start.mode=group-offsets",
+        "--set",
+        "source.start.fallback=latest",
+    )
+    assert _out(kafka, names) == _records(
+        {p: range(o, PER_PARTITION) for p, o in committed.items()}
+    )
 
 
 def test_group_offsets_without_commit_fall_back_to_earliest(kafka, names):
     _seed(kafka, names)
-    _bounded(kafka, names, "--set", "source.start.mode=group-offsets",
-             "--set", "source.start.fallback=earliest")
+    _bounded(
+        kafka,
+        names,
+        "--set",
+        "source.start.mode=group-offsets",
+        "--set",
+        "source.start.fallback=earliest",
+    )
     assert _out(kafka, names) == _records(ALL)
 
 
 def test_group_offsets_without_commit_fall_back_to_latest(kafka, names):
     _seed(kafka, names)
-    _bounded(kafka, names, "--set", "source.start.mode=group-offsets",
-             "--set", "source.start.fallback=latest")
+    _bounded(
+        kafka,
+        names,
+        "--set",
+        "source.start.mode=group-offsets",
+        "--set",
+        "source.start.fallback=latest",
+    )
     assert _out(kafka, names) == []
 
 
 def test_group_offsets_without_commit_and_fallback_fail_stops_the_job(kafka, names):
     _seed(kafka, names)
-    proc = _bounded(kafka, names, "--set", "source.start.mode=group-offsets",
-                    "--set", "source.start.fallback=fail", "--set", "restart.strategy=none",
-                    check=False)
+    proc = _bounded(
+        kafka,
+        names,
+        "--set",
+        "source.start.mode=group-offsets",
+        "--set",
+        "source.start.fallback=fail",
+        "--set",
+        "restart.strategy=none",
+        check=False,
+    )
     assert proc.returncode != 0
     assert "error: job passthrough failed:" in proc.stderr
     assert "NoOffsetForPartitionException" in proc.stderr or "no reset policy" in proc.stderr
@@ -91,10 +125,17 @@ def test_group_offsets_without_commit_and_fallback_fail_stops_the_job(kafka, nam
 def test_specific_offsets_with_fallback_for_unlisted(kafka, names):
     _seed(kafka, names)
     topic = names("in")
-    _bounded(kafka, names, "--set", "source.start.mode=specific-offsets",
-             "--set", f"source.start.offsets=[{{topic: {topic}, partition: 0, offset: 10}}, "
-                      f"{{topic: {topic}, partition: 1, offset: 20}}]",
-             "--set", "source.start.fallback=earliest")
+    _bounded(
+        kafka,
+        names,
+        "--set",
+        "source.start.mode=specific-offsets",
+        "--set",
+        f"source.start.offsets=[{{topic: {topic}, partition: 0, offset: 10}}, "
+        f"{{topic: {topic}, partition: 1, offset: 20}}]",
+        "--set",
+        "source.start.fallback=earliest",
+    )
     assert _out(kafka, names) == _records({0: range(10, 50), 1: range(20, 50), 2: range(50)})
 
 
@@ -105,8 +146,14 @@ def test_timestamp_starts_at_first_record_at_or_after_it(kafka, names):
     base = (int(time.time()) - 3600) * 1000
     _seed(kafka, names, timestamps=[base + i * 1000 for i in range(PER_PARTITION)])
     start = datetime.fromtimestamp(base / 1000 + 30, timezone.utc).isoformat()  # base + 30 s
-    _bounded(kafka, names, "--set", "source.start.mode=timestamp",
-             "--set", f"source.start.timestamp={start}")
+    _bounded(
+        kafka,
+        names,
+        "--set",
+        "source.start.mode=timestamp",
+        "--set",
+        f"source.start.timestamp={start}",
+    )
     assert _out(kafka, names) == _records({p: range(30, PER_PARTITION) for p in range(PARTITIONS)})
 
 

@@ -16,9 +16,8 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, produce
-from tests.support import topic_args
 from tests.integration.helpers import RunningJob
-from tests.support import kill_tree, wait_gone
+from tests.support import kill_tree, topic_args, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -30,10 +29,16 @@ def passthrough(kafka, names, tmp_path):
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(500))
     # Validating, so that the run has Python workers (a plain copy stays in the JVM).
-    return ["passthrough", *topic_args(kafka, names, dead_letters=True),
-            "--set", "parse.validate_records=true",
-            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
-            "--set", "checkpoint.interval=1s"]
+    return [
+        "passthrough",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        "parse.validate_records=true",
+        "--set",
+        f"checkpoint.storage=file://{tmp_path}/checkpoints",
+        "--set",
+        "checkpoint.interval=1s",
+    ]
 
 
 def _kinds(tree: dict) -> set[str]:
@@ -60,12 +65,16 @@ def _assert_nothing_left(tree: dict, output: str) -> None:
     assert not left, f"still running after the CLI exited: {left}\n{output[-3000:]}"
 
 
-@pytest.mark.parametrize("signum, sigint_ignored", [
-    (signal.SIGINT, True),    # Ctrl-C reaching a CLI that a script started in the background
-    (signal.SIGTERM, False),  # Kubernetes, systemd, `timeout`, CI runners
-])
+@pytest.mark.parametrize(
+    "signum, sigint_ignored",
+    [
+        (signal.SIGINT, True),  # Ctrl-C reaching a CLI that a script started in the background
+        (signal.SIGTERM, False),  # Kubernetes, systemd, `timeout`, CI runners
+    ],
+)
 def test_signal_cancels_the_running_job_names_its_checkpoint_and_leaves_nothing(
-        passthrough, signum, sigint_ignored):
+    passthrough, signum, sigint_ignored
+):
     job = RunningJob(*passthrough, sigint_ignored=sigint_ignored)
     job.wait_for(r"checkpoints [1-9]\d* completed", 120)
     tree = job.tree()
@@ -75,8 +84,11 @@ def test_signal_cancels_the_running_job_names_its_checkpoint_and_leaves_nothing(
     assert code == 0, job.output
     assert took < STOP_LIMIT_S, f"{name} took {took:.1f} s\n{job.output}"
     assert f"stopping ({name}): cancelling the job" in job.output
-    assert re.search(r"last retained checkpoint: file://\S+/chk-\d+ \(resume with "
-                     r"--from-checkpoint latest\)", job.output), job.output
+    assert re.search(
+        r"last retained checkpoint: file://\S+/chk-\d+ \(resume with "
+        r"--from-checkpoint latest\)",
+        job.output,
+    ), job.output
     assert "job passthrough canceled" in job.output
     _assert_nothing_left(tree, job.output)
 
@@ -121,13 +133,25 @@ def stuck_enrichment(kafka, names, enrichment_service, tmp_path):
     # service hangs, on any machine.
     produce(kafka, names("in"), demo_values(50_000))
     enrichment_service.configure(latency_ms=5)
-    args = ["enrich", *topic_args(kafka, names, dead_letters=True),
-            "--set", f"enrichment.url={enrichment_service.url}",
-            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints",
-            "--set", f"checkpoint.savepoints=file://{tmp_path}/savepoints",
-            "--set", "checkpoint.interval=1s", "--set", "enrichment.capacity=5",
-            "--set", "enrichment.timeout=2min", "--set", "enrichment.retries=0",
-            "--savepoint-on-stop"]
+    args = [
+        "enrich",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        f"enrichment.url={enrichment_service.url}",
+        "--set",
+        f"checkpoint.storage=file://{tmp_path}/checkpoints",
+        "--set",
+        f"checkpoint.savepoints=file://{tmp_path}/savepoints",
+        "--set",
+        "checkpoint.interval=1s",
+        "--set",
+        "enrichment.capacity=5",
+        "--set",
+        "enrichment.timeout=2min",
+        "--set",
+        "enrichment.retries=0",
+        "--savepoint-on-stop",
+    ]
 
     def start() -> RunningJob:
         job = RunningJob(*args)
@@ -145,8 +169,9 @@ def test_savepoint_that_cannot_finish_is_reported_and_the_job_cancelled(stuck_en
     code, took = _timed_stop(job, signal.SIGTERM)
     assert took < STOP_LIMIT_S, f"took {took:.1f} s\n{job.output}"
     assert code == 0, job.output
-    assert ("savepoint failed: it did not complete in time; cancelling the job instead"
-            in job.output), job.output
+    assert (
+        "savepoint failed: it did not complete in time; cancelling the job instead" in job.output
+    ), job.output
     assert re.search(r"last retained checkpoint: file://\S+/chk-\d+", job.output), job.output
     assert "job enrich canceled" in job.output
     _assert_nothing_left(tree, job.output)
@@ -183,18 +208,34 @@ def test_a_run_that_ends_by_itself_leaves_nothing(kafka, names, tmp_path, ending
     committed offset: the source fails, the job with it)."""
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(300))
-    args = ["passthrough", *topic_args(kafka, names, dead_letters=True),
-            "--set", "parse.validate_records=true", "--set", "source.bounded=true",
-            "--set", f"checkpoint.storage=file://{tmp_path}/checkpoints"]
+    args = [
+        "passthrough",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        "parse.validate_records=true",
+        "--set",
+        "source.bounded=true",
+        "--set",
+        f"checkpoint.storage=file://{tmp_path}/checkpoints",
+    ]
     if ending == "failed":
-        args += ["--set", "source.start.mode=group-offsets", "--set", "source.start.fallback=fail",
-                 "--set", "restart.strategy=none"]
+        args += [
+            "--set",
+            "source.start.mode=group-offsets",
+            "--set",
+            "source.start.fallback=fail",
+            "--set",
+            "restart.strategy=none",
+        ]
     job = RunningJob(*args)
     job.wait_for(r"submitted to the local mini-cluster", 120)
     tree = job.tree()
     deadline = time.monotonic() + 20
-    while "python-worker" not in _kinds(tree) and job.proc.poll() is None \
-            and time.monotonic() < deadline:
+    while (
+        "python-worker" not in _kinds(tree)
+        and job.proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
         tree.update(job.tree())
     assert "jvm" in _kinds(tree), tree

@@ -20,8 +20,9 @@ from tests.support import ROOT, topic_args
 
 pytestmark = pytest.mark.integration
 
-SKIP = shutil.ignore_patterns(".git", ".venv", ".local", "dist", "__pycache__", "lib", "build",
-                              ".pytest_cache", "*.egg-info")
+SKIP = shutil.ignore_patterns(
+    ".git", ".venv", ".local", "dist", "__pycache__", "lib", "build", ".pytest_cache", "*.egg-info"
+)
 
 
 def fresh_copy(tmp_path):
@@ -33,8 +34,14 @@ def fresh_copy(tmp_path):
 
 
 def cli(copy, env, *args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=copy, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.parametrize("template", ["enrich", "windowed", "passthrough"])
@@ -45,9 +52,21 @@ def test_new_job_passes_its_own_test(tmp_path, kafka, template):
     assert made.returncode == 0, made.stderr
     assert f"created pipelines/jobs/{name}.py" in made.stdout
     tested = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         f"tests/integration/test_job_{name}.py"],
-        cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"tests/integration/test_job_{name}.py",
+        ],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(tested.stdout[-400:])
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
     assert "1 passed" in tested.stdout
@@ -87,8 +106,11 @@ def test_new_job_runs_with_a_client_of_its_own(tmp_path, kafka, names):
     assert "def lookup_client(settings: Settings) -> EnrichmentClient:" in module
     assert module.count(plug) == 1
     (copy / "pipelines" / "lookups" / "tiers.py").write_text(TABLE_CLIENT)
-    module_path.write_text(module.replace(
-        plug, "    from pipelines.lookups.tiers import TierTable\n\n    return TierTable()\n"))
+    module_path.write_text(
+        module.replace(
+            plug, "    from pipelines.lookups.tiers import TierTable\n\n    return TierTable()\n"
+        )
+    )
     # ...and its records are keyed by customer, not by the demo's company.
     conf_path = copy / "conf" / "base" / "orders.yaml"
     conf = yaml.safe_load(conf_path.read_text())
@@ -99,20 +121,34 @@ def test_new_job_runs_with_a_client_of_its_own(tmp_path, kafka, names):
     records = [{"id": i, "customer": customers[i % 3]} for i in range(90)]
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), [json.dumps(r) for r in records] + ["not json"])
-    ran = cli(copy, env, "run", "orders", *topic_args(kafka, names, dead_letters=True),
-              "--set", "enrichment.url=http://127.0.0.1:9/nothing-listens-here",
-              "--set", "source.bounded=true", "--set", "checkpoint.interval=1s", timeout=300)
+    ran = cli(
+        copy,
+        env,
+        "run",
+        "orders",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        "enrichment.url=http://127.0.0.1:9/nothing-listens-here",
+        "--set",
+        "source.bounded=true",
+        "--set",
+        "checkpoint.interval=1s",
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
 
     out = {r["id"]: r for r in map(json.loads, read_all(kafka, names("out")))}
     tiers = {"acme": {"tier": "gold"}, "globex": {"tier": "silver"}}
     assert {i: (r["customer"], r["enrichment"]) for i, r in out.items()} == {
-        r["id"]: (r["customer"], tiers[r["customer"]]) for r in records if r["customer"] in tiers}
+        r["id"]: (r["customer"], tiers[r["customer"]]) for r in records if r["customer"] in tiers
+    }
     dead = [json.loads(v) for v in read_all(kafka, names("dlq"))]
     refused = [d for d in dead if d["stage"] == "enrich"]
     assert sorted(json.loads(base64.b64decode(d["value_b64"]))["id"] for d in refused) == [
-        r["id"] for r in records if r["customer"] == "initech"]
+        r["id"] for r in records if r["customer"] == "initech"
+    ]
     assert {d["error"] for d in refused} == {"enrichment refused the record: no tier for 'initech'"}
     assert [d["error"] for d in dead if d["stage"] == "parse"] == [
-        "not valid JSON: Expecting value at line 1 column 1"]
+        "not valid JSON: Expecting value at line 1 column 1"
+    ]
     assert {d["job"] for d in dead} == {"orders"}

@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.support import topic_args
 from tests.integration.helpers import RunningJob
+from tests.support import topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -57,11 +57,17 @@ def expected_counts(sent, windows: int) -> dict[tuple[str, int], int]:
 
 
 def job_args(kafka, names, *extra):
-    return ["windowed", *topic_args(kafka, names, dead_letters=True, late=True),
-            "--set", "source.start.mode=earliest",
-            "--set", "checkpoint.interval=1s",
-            "--set", "watermarks.max_out_of_orderness=1s",
-            *extra]
+    return [
+        "windowed",
+        *topic_args(kafka, names, dead_letters=True, late=True),
+        "--set",
+        "source.start.mode=earliest",
+        "--set",
+        "checkpoint.interval=1s",
+        "--set",
+        "watermarks.max_out_of_orderness=1s",
+        *extra,
+    ]
 
 
 def window_counts(kafka, names) -> dict[tuple[str, int], int]:
@@ -86,8 +92,9 @@ def test_windows_close_when_two_partitions_go_idle(kafka, names):
     sent = seed(kafka, names, partitions_active_after_first_window=[0])
     # p0's watermark reaches 60 s - 1 s: windows ending at or before 59 s close (5 windows).
     expected = expected_counts(sent, windows=5)
-    job = RunningJob(*job_args(kafka, names, "--set", "watermarks.idleness=2s",
-                               "--set", "job.parallelism=3"))
+    job = RunningJob(
+        *job_args(kafka, names, "--set", "watermarks.idleness=2s", "--set", "job.parallelism=3")
+    )
     try:
         started = time.monotonic()
         got = wait_for_counts(kafka, names, job, expected, timeout=90)
@@ -96,8 +103,12 @@ def test_windows_close_when_two_partitions_go_idle(kafka, names):
         assert got == expected
 
         # A record for the first window is now later than allowed: it goes to the late topic.
-        produce(kafka, names("in"), [json.dumps({"id": 99_999, "key": "late-key",
-                                                 "ts": BASE + 1234}).encode()], partition=0)
+        produce(
+            kafka,
+            names("in"),
+            [json.dumps({"id": 99_999, "key": "late-key", "ts": BASE + 1234}).encode()],
+            partition=0,
+        )
         deadline = time.monotonic() + 30
         late = []
         while time.monotonic() < deadline and not late:
@@ -111,8 +122,9 @@ def test_windows_close_when_two_partitions_go_idle(kafka, names):
 
 def test_without_idleness_the_same_input_leaves_windows_open(kafka, names):
     seed(kafka, names, partitions_active_after_first_window=[0])
-    job = RunningJob(*job_args(kafka, names, "--set", "watermarks.idleness=null",
-                               "--set", "job.parallelism=3"))
+    job = RunningJob(
+        *job_args(kafka, names, "--set", "watermarks.idleness=null", "--set", "job.parallelism=3")
+    )
     try:
         # Long enough for the job to read everything and checkpoint many times over; with
         # idleness (previous test) all five windows were out well within this.
@@ -128,8 +140,9 @@ def test_without_idleness_the_same_input_leaves_windows_open(kafka, names):
 def test_parallelism_above_partition_count_still_fires(kafka, names):
     sent = seed(kafka, names, partitions_active_after_first_window=[0, 1, 2])
     expected = expected_counts(sent, windows=5)
-    job = RunningJob(*job_args(kafka, names, "--set", "watermarks.idleness=2s",
-                               "--set", "job.parallelism=4"))
+    job = RunningJob(
+        *job_args(kafka, names, "--set", "watermarks.idleness=2s", "--set", "job.parallelism=4")
+    )
     try:
         got = wait_for_counts(kafka, names, job, expected, timeout=90)
         assert got == expected

@@ -42,10 +42,15 @@ def test_nothing_outside_devtools_imports_devtools():
 
 def test_the_parser_sees_every_import_form(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("import pipelines.devtools.demo\nfrom pipelines.devtools import topics\n"
-                     "def f():\n    from pipelines.devtools.ports import free_ports\n")
-    assert {"pipelines.devtools.demo", "pipelines.devtools.topics",
-            "pipelines.devtools.ports"} <= imported_modules(probe)
+    probe.write_text(
+        "import pipelines.devtools.demo\nfrom pipelines.devtools import topics\n"
+        "def f():\n    from pipelines.devtools.ports import free_ports\n"
+    )
+    assert {
+        "pipelines.devtools.demo",
+        "pipelines.devtools.topics",
+        "pipelines.devtools.ports",
+    } <= imported_modules(probe)
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +64,15 @@ def test_a_package_ships_only_what_a_cluster_runs(package):
     shipped = {str(p.relative_to(package.root)) for p in (package.root / "pipelines").rglob("*.py")}
     assert not any(p.startswith("pipelines/devtools/") for p in shipped)
     assert {p for p in shipped if p.startswith("pipelines/jobs/")} == {
-        "pipelines/jobs/__init__.py", "pipelines/jobs/windowed.py"}
-    assert {"pipelines/runner.py", "pipelines/stages.py", "pipelines/settings/loader.py",
-            "pipelines/lookups/__init__.py"} <= shipped
+        "pipelines/jobs/__init__.py",
+        "pipelines/jobs/windowed.py",
+    }
+    assert {
+        "pipelines/runner.py",
+        "pipelines/stages.py",
+        "pipelines/settings/loader.py",
+        "pipelines/lookups/__init__.py",
+    } <= shipped
     assert not (package.root / "bench").exists()
 
 
@@ -78,6 +89,7 @@ def test_checkpoint_storage_is_resolved_where_the_job_runs(tmp_path):
     settings = load_settings("enrich", environ={}).settings
     assert checkpoint_dir(settings) == f"file://{paths.LOCAL_DIR}/checkpoints/enrich"
     assert savepoint_dir(settings) == f"file://{paths.LOCAL_DIR}/savepoints/enrich"
-    custom = load_settings("enrich", environ={}, overrides=[
-        f"checkpoint.storage={tmp_path}/cp/{{job}}"]).settings
+    custom = load_settings(
+        "enrich", environ={}, overrides=[f"checkpoint.storage={tmp_path}/cp/{{job}}"]
+    ).settings
     assert checkpoint_dir(custom) == f"file://{tmp_path}/cp/enrich"

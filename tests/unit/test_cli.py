@@ -8,24 +8,36 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 pytestmark = pytest.mark.unit
 
 
 def show(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "config", "show", *args],
-                          capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "config", "show", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
 
 
 def test_config_show_masks_secrets_and_names_sources():
     secret = "hunter2-not-for-logs"
-    proc = show("enrich", "--set", "kafka.security.protocol=SASL_SSL",
-                "--set", "kafka.security.sasl_mechanism=PLAIN",
-                "--set", "kafka.security.username=svc",
-                "--set", "kafka.properties.ssl.key.password=also-secret",
-                env={"PIPELINES__KAFKA__SECURITY__PASSWORD": secret})
+    proc = show(
+        "enrich",
+        "--set",
+        "kafka.security.protocol=SASL_SSL",
+        "--set",
+        "kafka.security.sasl_mechanism=PLAIN",
+        "--set",
+        "kafka.security.username=svc",
+        "--set",
+        "kafka.properties.ssl.key.password=also-secret",
+        env={"PIPELINES__KAFKA__SECURITY__PASSWORD": secret},
+    )
     assert proc.returncode == 0, proc.stderr
     assert secret not in proc.stdout and "also-secret" not in proc.stdout
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()}
@@ -40,8 +52,10 @@ def test_config_show_masks_secrets_and_names_sources():
 def test_bad_config_is_one_error_and_exit_2():
     proc = show("enrich", "--set", "sink.delivery=twice")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: --set: sink.delivery: 'twice' is not allowed; "
-                                   "allowed: exactly-once, at-least-once, none")
+    assert proc.stderr.strip() == (
+        "error: --set: sink.delivery: 'twice' is not allowed; "
+        "allowed: exactly-once, at-least-once, none"
+    )
 
 
 SDK_ERROR = """java.lang.RuntimeException: Error received from SDK harness for instruction 4: Traceback (most recent call last):
@@ -59,14 +73,16 @@ def test_a_python_worker_error_is_its_exception_without_the_record():
     from pipelines.runner import explain_python_error
 
     line = explain_python_error(SDK_ERROR)
-    assert line == ("EnrichmentFailed: enrichment of record 2 failed: HTTP 503 from "
-                    "http://h/lookup/batch (3 attempts)")
+    assert line == (
+        "EnrichmentFailed: enrichment of record 2 failed: HTTP 503 from "
+        "http://h/lookup/batch (3 attempts)"
+    )
 
 
 def test_a_plain_python_traceback_gives_its_last_exception_line():
     from pipelines.runner import explain_python_error
 
-    text = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: bad thing\n"
+    text = 'Traceback (most recent call last):\n  File "x", line 1\nValueError: bad thing\n'
     assert explain_python_error(text) == "ValueError: bad thing"
 
 

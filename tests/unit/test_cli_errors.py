@@ -10,27 +10,58 @@ from tests.support import run_cli
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("args, line", [
-    (["run", "a.b"], "error: no job named 'a.b': a job is a module pipelines/jobs/<name>.py, "
-                     "its name lowercase letters, digits and _ (jobs here: enrich, passthrough, "
-                     "windowed)"),
-    (["run", "nosuchjob"], "error: no job named 'nosuchjob' (no module "
-                           "pipelines/jobs/nosuchjob.py; jobs here: enrich, passthrough, windowed)"),
-    (["enrichment", "up", "--latency", "fast"],
-     "error: --latency: 'fast' is not a duration; use e.g. 500ms, 10s, 5min, 1h or milliseconds"),
-    (["new", "orders", "--root", "/nonexistent"],
-     "error: --root /nonexistent: not a copy of this project (no pipelines/jobs/ and conf/base/ "
-     "there)"),
-    (["offsets", "--group", "g", "--bootstrap", "127.0.0.1:1"],
-     "error: no Kafka broker answered at 127.0.0.1:1 within 5s (start one with `make kafka-up`)"),
-    (["demo", "enrich", "--set", "kafka.bootstrap_servers=127.0.0.1:1", "--records", "3"],
-     "error: no Kafka broker answered at 127.0.0.1:1 within 5s (start one with `make kafka-up`)"),
-    (["config", "show", "enrich", "--set", "kafka.security.protocol=SASL_SSL",
-      "--set", "kafka.security.sasl_mechanism=PLAIN", "--set", "kafka.security.username=u",
-      "--set", "kafka.security.password=12345678", "--set", "kafka.security.protocol=NOPE"],
-     "error: --set: kafka.security.protocol: 'NOPE' is not allowed; allowed: PLAINTEXT, SSL, "
-     "SASL_PLAINTEXT, SASL_SSL"),
-])
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ["run", "a.b"],
+            "error: no job named 'a.b': a job is a module pipelines/jobs/<name>.py, "
+            "its name lowercase letters, digits and _ (jobs here: enrich, passthrough, "
+            "windowed)",
+        ),
+        (
+            ["run", "nosuchjob"],
+            "error: no job named 'nosuchjob' (no module "
+            "pipelines/jobs/nosuchjob.py; jobs here: enrich, passthrough, windowed)",
+        ),
+        (
+            ["enrichment", "up", "--latency", "fast"],
+            "error: --latency: 'fast' is not a duration; use e.g. 500ms, 10s, 5min, 1h or milliseconds",
+        ),
+        (
+            ["new", "orders", "--root", "/nonexistent"],
+            "error: --root /nonexistent: not a copy of this project (no pipelines/jobs/ and conf/base/ "
+            "there)",
+        ),
+        (
+            ["offsets", "--group", "g", "--bootstrap", "127.0.0.1:1"],
+            "error: no Kafka broker answered at 127.0.0.1:1 within 5s (start one with `make kafka-up`)",
+        ),
+        (
+            ["demo", "enrich", "--set", "kafka.bootstrap_servers=127.0.0.1:1", "--records", "3"],
+            "error: no Kafka broker answered at 127.0.0.1:1 within 5s (start one with `make kafka-up`)",
+        ),
+        (
+            [
+                "config",
+                "show",
+                "enrich",
+                "--set",
+                "kafka.security.protocol=SASL_SSL",
+                "--set",
+                "kafka.security.sasl_mechanism=PLAIN",
+                "--set",
+                "kafka.security.username=u",
+                "--set",
+                "kafka.security.password=12345678",
+                "--set",
+                "kafka.security.protocol=NOPE",
+            ],
+            "error: --set: kafka.security.protocol: 'NOPE' is not allowed; allowed: PLAINTEXT, SSL, "
+            "SASL_PLAINTEXT, SASL_SSL",
+        ),
+    ],
+)
 def test_one_line_and_exit_2(args, line):
     proc = run_cli(*args, check=False, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -44,8 +75,10 @@ def test_package_refuses_a_directory_that_is_not_an_earlier_package(tmp_path):
     (out / "notes.txt").write_text("my own work")
     proc = run_cli("package", "passthrough", "--out", str(out), check=False, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"error: --out {out}: not empty and not an earlier package "
-                                   f"(no .pipelines-package); choose an empty or new directory")
+    assert proc.stderr.strip() == (
+        f"error: --out {out}: not empty and not an earlier package "
+        f"(no .pipelines-package); choose an empty or new directory"
+    )
     assert (out / "notes.txt").read_text() == "my own work"
     # An earlier package is replaced, twice over.
     fresh = tmp_path / "pkg"

@@ -34,7 +34,7 @@ def package(tmp_path_factory):
 
 def in_package(package, image_path: str) -> Path:
     assert image_path.startswith(IMAGE_ROOT + "/") or image_path == IMAGE_ROOT, image_path
-    return package.root / image_path[len(IMAGE_ROOT):].lstrip("/")
+    return package.root / image_path[len(IMAGE_ROOT) :].lstrip("/")
 
 
 def test_python_entry_module_and_py_files_exist(manifest, package):
@@ -47,23 +47,28 @@ def test_python_entry_module_and_py_files_exist(manifest, package):
 
 
 def test_driver_jar_matches_the_flink_python_version(manifest):
-    jar = manifest["FlinkDeployment"]["spec"]["job"]["jarURI"].removeprefix("local:///opt/flink/opt/")
+    jar = manifest["FlinkDeployment"]["spec"]["job"]["jarURI"].removeprefix(
+        "local:///opt/flink/opt/"
+    )
     assert (flink_home() / "opt" / jar).is_file(), f"{jar} is not the wheel's flink-python jar"
 
 
 def test_every_pipeline_jar_is_in_the_package(manifest, package):
     jars = manifest["FlinkDeployment"]["spec"]["flinkConfiguration"]["pipeline.jars"].split(";")
-    assert sorted(in_package(package, j.removeprefix("file://")).name for j in jars) == \
-        sorted(p.name for p in package.jars)
+    assert sorted(in_package(package, j.removeprefix("file://")).name for j in jars) == sorted(
+        p.name for p in package.jars
+    )
     for jar in jars:
         assert in_package(package, jar.removeprefix("file://")).is_file()
 
 
-def test_mounted_config_replaces_a_packaged_file_and_is_valid(manifest, package, tmp_path,
-                                                              monkeypatch):
+def test_mounted_config_replaces_a_packaged_file_and_is_valid(
+    manifest, package, tmp_path, monkeypatch
+):
     monkeypatch.setenv("KAFKA_PASSWORD", "from-the-secret")
     mount = manifest["FlinkDeployment"]["spec"]["podTemplate"]["spec"]["containers"][0][
-        "volumeMounts"][0]
+        "volumeMounts"
+    ][0]
     assert in_package(package, mount["mountPath"]).is_file()
     conf = tmp_path / "conf" / "base"
     conf.mkdir(parents=True)
@@ -71,8 +76,10 @@ def test_mounted_config_replaces_a_packaged_file_and_is_valid(manifest, package,
     settings = load_settings("enrich", conf_dir=tmp_path / "conf", environ={}).settings
     assert settings.kafka.security.password.get_secret_value() == "from-the-secret"
     flink_conf = manifest["FlinkDeployment"]["spec"]["flinkConfiguration"]
-    assert settings.checkpoint.storage.replace("{job}", "enrich") == \
-        flink_conf["execution.checkpointing.dir"]
+    assert (
+        settings.checkpoint.storage.replace("{job}", "enrich")
+        == flink_conf["execution.checkpointing.dir"]
+    )
     assert settings.job.parallelism == manifest["FlinkDeployment"]["spec"]["job"]["parallelism"]
 
 

@@ -27,8 +27,9 @@ ORIGIN = {"topic": "in", "partition": 1, "offset": 7, "timestamp": 0}
 
 
 def _enricher(client, cfg, max_bytes=1_048_576, in_a_row=100) -> RecordEnricher:
-    return RecordEnricher(client, cfg, "enrich", "_origin",
-                          ErrorSettings(max_unexpected_in_a_row=in_a_row), max_bytes)
+    return RecordEnricher(
+        client, cfg, "enrich", "_origin", ErrorSettings(max_unexpected_in_a_row=in_a_row), max_bytes
+    )
 
 
 async def _with_service(behaviour: Behaviour, cfg_kwargs: dict, records: list[dict], **kw):
@@ -69,34 +70,48 @@ def test_success_adds_the_profile():
 
 def test_timeouts_are_retried_then_marked_missing():
     behaviour = Behaviour(latency_ms=300)
-    [(kind, out)], counts = run(behaviour, {"timeout": 50, "retries": 2, "backoff": 10,
-                                            "on_failure": OnFailure.MARK_MISSING}, rec(2, "x"))
+    [(kind, out)], counts = run(
+        behaviour,
+        {"timeout": 50, "retries": 2, "backoff": 10, "on_failure": OnFailure.MARK_MISSING},
+        rec(2, "x"),
+    )
     assert kind == "out" and out["enrichment"] is None
     assert out["enrichment_error"] == "timeout after 50 ms (3 attempts)"
     assert behaviour.requests == 3
-    assert counts == {"lookups": 3, "lookupFailures": 3, "retries": 2, "markedMissing": 1,
-                      "deadLetters": 0, "unexpectedErrors": 0}
+    assert counts == {
+        "lookups": 3,
+        "lookupFailures": 3,
+        "retries": 2,
+        "markedMissing": 1,
+        "deadLetters": 0,
+        "unexpectedErrors": 0,
+    }
 
 
 def test_default_policy_dead_letters_after_retries_with_reason_and_origin():
     assert EnrichmentSettings().on_failure is OnFailure.DEAD_LETTER
-    [(kind, dead)], counts = run(Behaviour(latency_ms=1, down=True),
-                                 {"retries": 1, "backoff": 5}, rec(3, "x"))
+    [(kind, dead)], counts = run(
+        Behaviour(latency_ms=1, down=True), {"retries": 1, "backoff": 5}, rec(3, "x")
+    )
     assert kind == "dead"
     assert dead["stage"] == "enrich" and dead["job"] == "enrich"
     assert dead["origin"] == {**ORIGIN, "offset": 3}
     assert dead["error"].startswith("enrichment unavailable: HTTP 503 from http://127.0.0.1:")
     assert dead["error"].endswith("/lookup (2 attempts)")
-    assert json.loads(__import__("base64").b64decode(dead["value_b64"])) == {"id": 3,
-                                                                            "company": "x"}
+    assert json.loads(__import__("base64").b64decode(dead["value_b64"])) == {
+        "id": 3,
+        "company": "x",
+    }
     assert counts["deadLetters"] == 1 and counts["retries"] == 1
 
 
 def test_errors_are_retried_then_fail_under_fail_policy():
     with pytest.raises(EnrichmentFailed) as err:
-        run(Behaviour(latency_ms=1, down=True),
+        run(
+            Behaviour(latency_ms=1, down=True),
             {"retries": 1, "backoff": 5, "on_failure": OnFailure.FAIL, "coalesce": False},
-            rec(3, "x"))
+            rec(3, "x"),
+        )
     message = str(err.value)
     assert message.startswith("enrichment of record 3 failed: HTTP 503 from http://127.0.0.1:")
     assert message.endswith("/lookup (2 attempts)")
@@ -105,8 +120,12 @@ def test_errors_are_retried_then_fail_under_fail_policy():
 @pytest.mark.parametrize("coalesce", [True, False])
 def test_permanent_failure_is_not_retried_and_dead_letters_even_under_fail(coalesce):
     behaviour = Behaviour(latency_ms=1, unknown=["ghost"])
-    results, counts = run(behaviour, {"retries": 3, "on_failure": OnFailure.FAIL,
-                                      "coalesce": coalesce}, rec(4, "ghost"), rec(5))
+    results, counts = run(
+        behaviour,
+        {"retries": 3, "on_failure": OnFailure.FAIL, "coalesce": coalesce},
+        rec(4, "ghost"),
+        rec(5),
+    )
     assert [kind for kind, _ in results] == ["dead", "out"]
     assert results[0][1]["error"].startswith("enrichment refused the record: HTTP 404 from ")
     assert counts["lookups"] == 2 and counts["retries"] == 0
@@ -159,16 +178,19 @@ def test_coalesced_lookups_share_one_round_trip():
     behaviour = Behaviour(latency_ms=20)
     records = [rec(i, f"c{i % 7}") for i in range(50)]
     results, _ = run(behaviour, {"coalesce": True}, *records)
-    assert [out["enrichment"] for _, out in results] == [company_profile(r["company"])
-                                                         for r in records]
+    assert [out["enrichment"] for _, out in results] == [
+        company_profile(r["company"]) for r in records
+    ]
     assert behaviour.requests == 1
 
 
 def test_outage_marks_every_record_of_the_round_trip_missing():
     behaviour = Behaviour(latency_ms=1, down=True)
-    results, _ = run(behaviour, {"coalesce": True, "retries": 1, "backoff": 1,
-                                 "on_failure": OnFailure.MARK_MISSING},
-                     *[rec(i, "x") for i in range(5)])
+    results, _ = run(
+        behaviour,
+        {"coalesce": True, "retries": 1, "backoff": 1, "on_failure": OnFailure.MARK_MISSING},
+        *[rec(i, "x") for i in range(5)],
+    )
     assert all(out["enrichment"] is None for _, out in results)
     assert {out["enrichment_error"].split(" from ")[0] for _, out in results} == {"HTTP 503"}
     assert behaviour.requests == 2  # the first attempt and the retry, each one round trip

@@ -14,12 +14,24 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture(scope="module")
 def env():
-    settings = load_settings("enrich", environ={}, overrides=[
-        "checkpoint.interval=7s", "checkpoint.min_pause=1500ms", "checkpoint.timeout=3min",
-        "checkpoint.max_concurrent=2", "checkpoint.tolerable_failures=4",
-        "checkpoint.mode=exactly-once", "checkpoint.unaligned=true", "checkpoint.retention=retain",
-        "job.parallelism=2", "restart.strategy=fixed-delay", "restart.attempts=5",
-        "restart.delay=3s"]).settings
+    settings = load_settings(
+        "enrich",
+        environ={},
+        overrides=[
+            "checkpoint.interval=7s",
+            "checkpoint.min_pause=1500ms",
+            "checkpoint.timeout=3min",
+            "checkpoint.max_concurrent=2",
+            "checkpoint.tolerable_failures=4",
+            "checkpoint.mode=exactly-once",
+            "checkpoint.unaligned=true",
+            "checkpoint.retention=retain",
+            "job.parallelism=2",
+            "restart.strategy=fixed-delay",
+            "restart.attempts=5",
+            "restart.delay=3s",
+        ],
+    ).settings
     return create_environment(settings)
 
 
@@ -48,25 +60,38 @@ def test_job_configuration_reaches_the_java_side(env):
 
 
 def test_checkpointing_off_sets_no_interval():
-    settings = load_settings("passthrough", environ={}, overrides=[
-        "checkpoint.enabled=false"]).settings
+    settings = load_settings(
+        "passthrough", environ={}, overrides=["checkpoint.enabled=false"]
+    ).settings
     assert "execution.checkpointing.interval" not in flink_configuration(settings)
 
 
 def test_at_least_once_mode_reaches_the_java_side():
-    settings = load_settings("passthrough", environ={}, overrides=[
-        "checkpoint.mode=at-least-once", "sink.delivery=at-least-once"]).settings
+    settings = load_settings(
+        "passthrough",
+        environ={},
+        overrides=["checkpoint.mode=at-least-once", "sink.delivery=at-least-once"],
+    ).settings
     j_config = create_environment(settings).get_checkpoint_config()._j_checkpoint_config
     assert str(j_config.getCheckpointingConsistencyMode()) == "AT_LEAST_ONCE"
 
 
-@pytest.mark.parametrize("job, uses, bundle, poll", [
-    ("passthrough", (), "1000", "500"),       # Flink's and Kafka's defaults
-    ("windowed", (), "1000", "500"),
-    ("enrich", ("enrichment",), "20", "4000"),  # one round of lookups: 4000 in flight, 200 a batch
-])
-def test_bundles_and_polls_are_sized_to_lookups_only_where_there_are_lookups(job, uses,
-                                                                           bundle, poll):
+@pytest.mark.parametrize(
+    "job, uses, bundle, poll",
+    [
+        ("passthrough", (), "1000", "500"),  # Flink's and Kafka's defaults
+        ("windowed", (), "1000", "500"),
+        (
+            "enrich",
+            ("enrichment",),
+            "20",
+            "4000",
+        ),  # one round of lookups: 4000 in flight, 200 a batch
+    ],
+)
+def test_bundles_and_polls_are_sized_to_lookups_only_where_there_are_lookups(
+    job, uses, bundle, poll
+):
     from pipelines import jobs  # noqa: F401
     from pipelines.kafka import source_properties
     from pipelines.runner import load_job

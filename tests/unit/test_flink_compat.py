@@ -58,7 +58,10 @@ def test_the_java_members_it_calls_exist():
     assert {"cancel", "stopWithSavepoint"} <= names
     stop = [m for m in client.getMethods() if m.getName() == "stopWithSavepoint"][0]
     assert [t.getName() for t in stop.getParameterTypes()] == [
-        "boolean", "java.lang.String", "org.apache.flink.core.execution.SavepointFormatType"]
+        "boolean",
+        "java.lang.String",
+        "org.apache.flink.core.execution.SavepointFormatType",
+    ]
     assert jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL is not None
 
 
@@ -78,7 +81,8 @@ def _split(batch: str, keep_marked: bool) -> list[str]:
     jvm = get_gateway().jvm
     out = jvm.java.util.ArrayList()
     jvm.pipelines.flink.SplitLines(keep_marked).flatMap(
-        batch, jvm.org.apache.flink.api.common.functions.util.ListCollector(out))
+        batch, jvm.org.apache.flink.api.common.functions.util.ListCollector(out)
+    )
     return list(out)
 
 
@@ -104,10 +108,13 @@ def test_raw_record_serializer_writes_key_value_and_timestamp_unchanged(env):
 
     key, value = bytearray(b"k\xff"), bytearray(b"\x00\xfe not utf-8")
     serializer = jvm.pipelines.flink.RawRecordSerializer("out")
-    record = serializer.serialize(row("in", 2, 7, 1_700_000_000_123, key, value),
-                                  None, None)
+    record = serializer.serialize(row("in", 2, 7, 1_700_000_000_123, key, value), None, None)
     assert (record.topic(), bytes(record.key()), bytes(record.value()), record.timestamp()) == (
-        "out", b"k\xff", b"\x00\xfe not utf-8", 1_700_000_000_123)
+        "out",
+        b"k\xff",
+        b"\x00\xfe not utf-8",
+        1_700_000_000_123,
+    )
     assert record.partition() is None
     tombstone = serializer.serialize(row("in", 0, 1, 5, None, None), None, None)
     assert tombstone.key() is None and tombstone.value() is None
@@ -131,8 +138,14 @@ def test_gateway_starts_in_a_group_the_owner_ends():
         assert not group_alive(group)
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=ROOT, env=job_env(), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=job_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
     assert proc.stderr.strip() == ""

@@ -19,8 +19,9 @@ def test_an_orphaned_worker_of_this_checkout_is_found():
     # A stand-in named like a Flink Python worker of this checkout, whose parent exits at
     # once: it is re-parented to the test session (a subreaper), as a leaked worker is.
     name = f"beam_boot {ROOT} harness-test-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["bash", "-c", f'(exec -a "{name}" sleep 60) &'], check=True,
-                   start_new_session=True)
+    subprocess.run(
+        ["bash", "-c", f'(exec -a "{name}" sleep 60) &'], check=True, start_new_session=True
+    )
 
     def mine() -> dict[int, str]:
         return {pid: cmd for pid, cmd in orphaned_flink_processes().items() if name in cmd}
@@ -50,8 +51,7 @@ def test_children_the_session_started_are_not_orphans():
 
 
 def test_process_tree_follows_children_and_their_groups():
-    parent = subprocess.Popen(["bash", "-c", "sleep 60 & sleep 60 & wait"],
-                              start_new_session=True)
+    parent = subprocess.Popen(["bash", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         tree = {}

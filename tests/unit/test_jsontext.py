@@ -12,8 +12,13 @@ from pipelines.parse import parse_value
 
 pytestmark = pytest.mark.unit
 
-SAME = [b'{"id": 1, "company": "acme", "note": "caf\\u00e9 \\u2603"}', b'{"a": [1, 2.5, null, true]}',
-        b' {"id": 999999999999999999} ', b'{"id": 1, "id": 2}', b'{"x": -0.0, "y": 1e-7}']
+SAME = [
+    b'{"id": 1, "company": "acme", "note": "caf\\u00e9 \\u2603"}',
+    b'{"a": [1, 2.5, null, true]}',
+    b' {"id": 999999999999999999} ',
+    b'{"id": 1, "id": 2}',
+    b'{"x": -0.0, "y": 1e-7}',
+]
 REFUSED_BY_ORJSON = [
     b'{"id": 123456789012345678901234567890}',  # orjson would give a float
     b'{"id": -9223372036854775809}',

@@ -17,6 +17,11 @@ PATHS = ["pipelines", "tests", "bench"]
 
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["check", "format"])
 def test_ruff_passes(command):
-    proc = subprocess.run([sys.executable, "-m", "ruff", *command, *PATHS], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, *PATHS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]

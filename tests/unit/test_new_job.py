@@ -37,7 +37,9 @@ def test_bad_names_write_nothing(project, name):
     before = files(project)
     with pytest.raises(ConfigError) as err:
         new_job(name, "enrich", project)
-    assert str(err.value).startswith(f"job name {name!r} is not allowed: use a lowercase Python identifier")
+    assert str(err.value).startswith(
+        f"job name {name!r} is not allowed: use a lowercase Python identifier"
+    )
     assert files(project) == before
 
 
@@ -45,8 +47,10 @@ def test_existing_job_writes_nothing(project):
     before = files(project)
     with pytest.raises(ConfigError) as err:
         new_job("windowed", "enrich", project)
-    assert str(err.value) == ("job 'windowed' exists already (pipelines/jobs/windowed.py, "
-                              "conf/base/windowed.yaml); nothing was written")
+    assert str(err.value) == (
+        "job 'windowed' exists already (pipelines/jobs/windowed.py, "
+        "conf/base/windowed.yaml); nothing was written"
+    )
     assert files(project) == before
 
 
@@ -60,18 +64,26 @@ def test_new_job_owns_its_topics_group_and_prefix(project, template):
     assert conf["sink"]["transactional_id_prefix"] == "orders"
     assert conf["sink"]["dead_letter_topic"] == "orders-dead-letters"
     # A job's name is its module's: the copy is the template's source, unchanged.
-    assert created.module.read_bytes() == (project / "pipelines" / "jobs" / f"{template}.py").read_bytes()
+    assert (
+        created.module.read_bytes()
+        == (project / "pipelines" / "jobs" / f"{template}.py").read_bytes()
+    )
     compile(created.module.read_text(), str(created.module), "exec")
     compile(created.test.read_text(), str(created.test), "exec")
 
 
 def test_cli_error_is_one_line(project):
-    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "new", "Bad-Name", "--root",
-                           str(project)], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "new", "Bad-Name", "--root", str(project)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: job name 'Bad-Name' is not allowed: use a lowercase Python identifier (letters, "
-        "digits, underscores; starting with a letter), e.g. orders_enrich"]
+        "digits, underscores; starting with a letter), e.g. orders_enrich"
+    ]
 
 
 def test_a_jobs_name_is_its_modules_also_as_main(monkeypatch):
@@ -79,8 +91,10 @@ def test_a_jobs_name_is_its_modules_also_as_main(monkeypatch):
 
     from pipelines import jobs
 
-    for module_name, spec_name in (("pipelines.jobs.orders", "pipelines.jobs.orders"),
-                                   ("__main__", "pipelines.jobs.orders")):
+    for module_name, spec_name in (
+        ("pipelines.jobs.orders", "pipelines.jobs.orders"),
+        ("__main__", "pipelines.jobs.orders"),
+    ):
         module = types.ModuleType(module_name)
         module.__spec__ = types.SimpleNamespace(name=spec_name)
         exec("def build(env, settings): pass", module.__dict__)

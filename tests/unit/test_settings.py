@@ -32,11 +32,18 @@ def _conf(tmp_path: Path, base: str = BASE, **layers: str) -> Path:
 
 
 def test_layers_apply_in_order_and_remember_their_source(tmp_path):
-    conf = _conf(tmp_path, dev="checkpoint: {interval: 30s}\njob: {parallelism: 2}\n",
-                 local="job: {parallelism: 3}\n")
-    loaded = load_settings("demo", env="dev", conf_dir=conf,
-                           environ={"PIPELINES__CHECKPOINT__TIMEOUT": "5min"},
-                           overrides=["source.group_id=cli-group"])
+    conf = _conf(
+        tmp_path,
+        dev="checkpoint: {interval: 30s}\njob: {parallelism: 2}\n",
+        local="job: {parallelism: 3}\n",
+    )
+    loaded = load_settings(
+        "demo",
+        env="dev",
+        conf_dir=conf,
+        environ={"PIPELINES__CHECKPOINT__TIMEOUT": "5min"},
+        overrides=["source.group_id=cli-group"],
+    )
     s = loaded.settings
     assert s.checkpoint.interval == 30_000
     assert s.job.parallelism == 3
@@ -63,7 +70,8 @@ def test_bad_enum_lists_allowed_values(tmp_path):
         load_settings("demo", conf_dir=conf, environ={})
     assert str(err.value) == (
         f"{conf / 'base' / 'demo.yaml'}: source.start.mode: 'earlist' is not allowed; "
-        "allowed: group-offsets, earliest, latest, specific-offsets, timestamp")
+        "allowed: group-offsets, earliest, latest, specific-offsets, timestamp"
+    )
 
 
 def test_wrong_type_from_set_names_the_command_line(tmp_path):
@@ -94,38 +102,54 @@ def test_missing_job_config_lists_known_jobs(tmp_path):
     assert "no such job config; jobs with a config: demo" in str(err.value)
 
 
-@pytest.mark.parametrize("text,ms", [("500ms", 500), ("10s", 10_000), ("5min", 300_000),
-                                     ("1h", 3_600_000), (250, 250)])
+@pytest.mark.parametrize(
+    "text,ms", [("500ms", 500), ("10s", 10_000), ("5min", 300_000), ("1h", 3_600_000), (250, 250)]
+)
 def test_durations(text, ms):
     assert parse_duration_ms(text) == ms
 
 
 def test_timestamp_start_accepts_iso_and_epoch(tmp_path):
     conf = _conf(tmp_path)
-    iso = load_settings("demo", conf_dir=conf, environ={}, overrides=[
-        "source.start.mode=timestamp", "source.start.timestamp=2024-01-01T00:00:00Z"]).settings
-    epoch = load_settings("demo", conf_dir=conf, environ={}, overrides=[
-        "source.start.mode=timestamp", "source.start.timestamp=1704067200000"]).settings
+    iso = load_settings(
+        "demo",
+        conf_dir=conf,
+        environ={},
+        overrides=["source.start.mode=timestamp", "source.start.timestamp=2024-01-01T00:00:00Z"],
+    ).settings
+    epoch = load_settings(
+        "demo",
+        conf_dir=conf,
+        environ={},
+        overrides=["source.start.mode=timestamp", "source.start.timestamp=1704067200000"],
+    ).settings
     assert iso.source.start.timestamp == epoch.source.start.timestamp == 1_704_067_200_000
 
 
 def test_specific_offsets_need_entries(tmp_path):
     conf = _conf(tmp_path)
     with pytest.raises(ConfigError) as err:
-        load_settings("demo", conf_dir=conf, environ={},
-                      overrides=["source.start.mode=specific-offsets"])
-    assert "source.start: mode specific-offsets needs at least one entry in offsets" in str(err.value)
+        load_settings(
+            "demo", conf_dir=conf, environ={}, overrides=["source.start.mode=specific-offsets"]
+        )
+    assert "source.start: mode specific-offsets needs at least one entry in offsets" in str(
+        err.value
+    )
 
 
 def test_secret_from_env_is_resolved_and_masked(tmp_path):
-    conf = _conf(tmp_path, BASE + textwrap.dedent("""
+    conf = _conf(
+        tmp_path,
+        BASE
+        + textwrap.dedent("""
         kafka:
           security:
             protocol: SASL_SSL
             sasl_mechanism: SCRAM-SHA-512
             username: svc
             password: ${env:TEST_KAFKA_PASSWORD}
-        """))
+        """),
+    )
     loaded = load_settings("demo", conf_dir=conf, environ={}, overrides=[])
     # environ={} only disables PIPELINES__ vars; the secret reference reads os.environ
     assert loaded.settings.kafka.security.password is not None
@@ -142,19 +166,27 @@ def _secret_env(monkeypatch):
 
 def test_secret_reference_to_unset_env_names_it(tmp_path, monkeypatch):
     monkeypatch.delenv("TEST_KAFKA_PASSWORD")
-    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
-                                  "username: u, password: '${env:TEST_KAFKA_PASSWORD}'}}\n")
+    conf = _conf(
+        tmp_path,
+        BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+        "username: u, password: '${env:TEST_KAFKA_PASSWORD}'}}\n",
+    )
     with pytest.raises(ConfigError) as err:
         load_settings("demo", conf_dir=conf, environ={})
-    assert "kafka.security.password: environment variable TEST_KAFKA_PASSWORD is not set" in str(err.value)
+    assert "kafka.security.password: environment variable TEST_KAFKA_PASSWORD is not set" in str(
+        err.value
+    )
 
 
 def test_error_lines_mask_secrets_of_loaded_configs(tmp_path, capsys):
     from pipelines.runner import guarded
     from pipelines.settings import SecretMask
 
-    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
-                                  "username: u, password: '${env:TEST_KAFKA_PASSWORD}'}}\n")
+    conf = _conf(
+        tmp_path,
+        BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+        "username: u, password: '${env:TEST_KAFKA_PASSWORD}'}}\n",
+    )
     mask = SecretMask().learn(load_settings("demo", conf_dir=conf, environ={}).settings)
 
     def fails() -> int:
@@ -168,36 +200,49 @@ def test_error_lines_mask_secrets_of_loaded_configs(tmp_path, capsys):
 
 @pytest.mark.parametrize("how", ["--set", "env"])
 def test_a_secret_from_the_command_line_or_env_is_text_never_yaml(tmp_path, how):
-    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
-                                  "username: u}}\n")
+    conf = _conf(
+        tmp_path,
+        BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, username: u}}\n",
+    )
     for value in ("12345678", "0123", "[a, b]", "null", "true"):
         if how == "--set":
-            loaded = load_settings("demo", conf_dir=conf, environ={},
-                                   overrides=[f"kafka.security.password={value}"])
+            loaded = load_settings(
+                "demo", conf_dir=conf, environ={}, overrides=[f"kafka.security.password={value}"]
+            )
         else:
-            loaded = load_settings("demo", conf_dir=conf,
-                                   environ={"PIPELINES__KAFKA__SECURITY__PASSWORD": value})
+            loaded = load_settings(
+                "demo", conf_dir=conf, environ={"PIPELINES__KAFKA__SECURITY__PASSWORD": value}
+            )
         assert loaded.settings.kafka.security.password.get_secret_value() == value
 
 
 def test_a_secret_of_the_wrong_type_is_reported_without_its_value(tmp_path):
-    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
-                                  "username: u, password: 98765432}}\n")
+    conf = _conf(
+        tmp_path,
+        BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+        "username: u, password: 98765432}}\n",
+    )
     with pytest.raises(ConfigError) as err:
         load_settings("demo", conf_dir=conf, environ={})
     message = str(err.value)
     assert "98765432" not in message
-    assert message == ("base/demo.yaml: kafka.security.password: Input should be a valid string "
-                       "(value not shown: it is a secret; quote it in YAML)").replace(
-        "base/demo.yaml", str(conf / "base" / "demo.yaml"))
+    assert message == (
+        "base/demo.yaml: kafka.security.password: Input should be a valid string "
+        "(value not shown: it is a secret; quote it in YAML)"
+    ).replace("base/demo.yaml", str(conf / "base" / "demo.yaml"))
 
 
 def test_a_secret_file_that_is_not_text_is_one_config_error(tmp_path):
     secret = tmp_path / "secret.bin"
     secret.write_bytes(b"\xff\xfe\x00")
-    conf = _conf(tmp_path, BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
-                                  f"username: u, password: '${{file:{secret}}}'}}}}\n")
+    conf = _conf(
+        tmp_path,
+        BASE + "kafka: {security: {protocol: SASL_SSL, sasl_mechanism: PLAIN, "
+        f"username: u, password: '${{file:{secret}}}'}}}}\n",
+    )
     with pytest.raises(ConfigError) as err:
         load_settings("demo", conf_dir=conf, environ={})
-    assert str(err.value).endswith(f"kafka.security.password: secret file {secret} is not UTF-8 "
-                                   f"text (byte 0); write the secret as text")
+    assert str(err.value).endswith(
+        f"kafka.security.password: secret file {secret} is not UTF-8 "
+        f"text (byte 0); write the secret as text"
+    )
