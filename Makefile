@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
-        enrichment-up enrichment-down demo run test test-unit test-integration bench bench-quick \
+        enrichment-up enrichment-down demo run beam-setup beam-run test test-unit test-integration bench bench-quick \
         bench-operators lint format clean
 
 help: ## list the targets
@@ -57,13 +57,19 @@ demo: venv kafka-up ## create the job's topics and produce $(RECORDS) demo recor
 run: venv jars kafka-up enrichment-up demo ## set everything up and run the main job on demo data (Ctrl-C stops)
 	$(CLI) run $(JOB)
 
-test: venv jars kafka-up ## set everything up and run the whole test suite
+beam-setup: venv ## Beam's Java side (mvn, sha256-checked) and the Prism runner (go build), once
+	$(CLI) beam setup
+
+beam-run: venv beam-setup kafka-up enrichment-up demo ## the enrich job as a Beam pipeline on Prism, streaming (Ctrl-C stops)
+	$(CLI) beam run enrich
+
+test: venv jars beam-setup kafka-up ## set everything up and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no broker, no cluster)
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-test-integration: venv jars kafka-up ## integration tests only
+test-integration: venv jars beam-setup kafka-up ## integration tests only
 	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
 
 bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON, PNG in bench/results

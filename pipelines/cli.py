@@ -65,6 +65,11 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
 
     sub.add_parser("jars", help="fetch pinned jars with mvn, verify sha256, build jars/src")
 
+    beam = sub.add_parser("beam", help="the Beam pipelines (pipelines/beam): run, or set up")
+    beam_sub = beam.add_subparsers(dest="beam_command", required=True)
+    job_parser(beam_sub, "run", "run a Beam pipeline locally (Prism or DirectRunner)")
+    beam_sub.add_parser("setup", help="resolve Beam's Java side (mvn) and build Prism (go)")
+
     offsets = sub.add_parser("offsets", help="a consumer group's committed offsets and lag")
     offsets.add_argument("--group", required=True)
     offsets.add_argument("--topic", action="append", default=[])
@@ -196,7 +201,24 @@ def _offsets(args) -> int:
         time.sleep(args.watch)
 
 
+def _beam(args) -> int:
+    if args.beam_command == "setup":
+        from pipelines.beam.java import BeamSetupError, ensure_java, ensure_prism
+
+        try:
+            jars = ensure_java()
+            prism = ensure_prism()
+        except BeamSetupError as exc:
+            raise Failure(str(exc)) from None
+        print(f"beam     {len(jars)} jars checked, Prism at {prism}")
+        return 0
+    from pipelines.beam.runner import run
+
+    return run(args.job, args)
+
+
 HANDLERS = {
+    "beam": _beam,
     "run": _run,
     "doctor": _doctor,
     "config": _config,

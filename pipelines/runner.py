@@ -85,20 +85,23 @@ def prepare(job: str, args: argparse.Namespace) -> Loaded:
         loaded = load(job, args, overrides + [f"job.from_checkpoint={path}"])
         log.info(f"resuming from {path}")
     if not args.skip_preflight:
-        module = load_job(job)
-        problems = run_preflight(
-            loaded.settings,
-            uses=jobs.uses(module),
-            client=jobs.lookup_client(module, loaded.settings),
-        )
-        for problem in problems:
-            log.info(str(problem))
-        if has_errors(problems):
-            raise Failure(
-                f"preflight found {sum(p.level == 'error' for p in problems)} error(s); "
-                f"nothing was started"
-            )
+        preflight_job(loaded.settings, load_job(job))
     return loaded
+
+
+def preflight_job(settings, module) -> None:
+    """Every preflight rule for a job module (its USES and its lookup client's check); the
+    problems are logged, and any error raises Failure before anything starts."""
+    problems = run_preflight(
+        settings, uses=jobs.uses(module), client=jobs.lookup_client(module, settings)
+    )
+    for problem in problems:
+        log.info(str(problem))
+    if has_errors(problems):
+        raise Failure(
+            f"preflight found {sum(p.level == 'error' for p in problems)} error(s); "
+            f"nothing was started"
+        )
 
 
 def load_job(job: str):

@@ -65,31 +65,14 @@ class Broker:
     # ------------------------------------------------------------------ set-up
 
     def ensure_libs(self) -> None:
-        marker = self.libs / ".complete"
-        if marker.is_file() and marker.read_text() == POM.read_text():
+        from pipelines.maven import copy_dependencies, is_resolved
+
+        if is_resolved(POM, self.libs):
             return
         log.info(f"resolving the Kafka broker's jars with mvn into {self.libs}")
-        self.libs.mkdir(parents=True, exist_ok=True)
-        for old in self.libs.glob("*.jar"):
-            old.unlink()
-        result = subprocess.run(
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "-f",
-                str(POM),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={self.libs}",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            tail = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
-            raise BrokerError(f"mvn could not resolve the broker from {POM}: {tail}")
-        marker.write_text(POM.read_text())
+        problem = copy_dependencies(POM, self.libs)
+        if problem:
+            raise BrokerError(f"mvn could not resolve the broker from {POM}: {problem}")
 
     def _write_config(self) -> Path:
         self.state_dir.mkdir(parents=True, exist_ok=True)

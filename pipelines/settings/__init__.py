@@ -15,6 +15,8 @@ before anything touches Flink. By concern:
 
 from pipelines.settings.loader import ENV_PREFIX, Loaded, effective_view, load_settings
 from pipelines.settings.schema import (
+    BeamRunner,
+    BeamSettings,
     CheckpointMode,
     CheckpointSettings,
     DeliveryGuarantee,
@@ -49,6 +51,8 @@ from pipelines.settings.secrets import SecretMask, is_secret_key, mask_value, se
 from pipelines.settings.values import DURATION_FIELDS, ConfigError, format_ms, parse_duration_ms
 
 __all__ = [
+    "BeamRunner",
+    "BeamSettings",
     "ENV_PREFIX",
     "Loaded",
     "effective_view",

@@ -317,6 +317,46 @@ class EnrichmentSettings(Model):
         return self.capacity
 
 
+class BeamRunner(str, Enum):
+    PRISM = "prism"  # Beam's portable runner, built from the Go module proxy; streaming or bounded
+    DIRECT = "direct"  # the Python DirectRunner (FnApiRunner): bounded reads only
+
+
+class BeamSettings(Model):
+    """The Beam pipeline (pipelines/beam) only; it shares every other section with the
+    PyFlink jobs. Streaming reads until stopped; a bounded run stops after `max_records`
+    (spread evenly over the partitions by KafkaIO: preflight refuses a count a partition
+    cannot supply, which would wait forever) or after `max_read_time`."""
+
+    runner: BeamRunner = BeamRunner.PRISM
+    streaming: bool = True
+    max_records: int | None = Field(default=None, ge=1)
+    max_read_time: int | None = None
+    # Commit offsets when a bundle's output is final (KafkaIO commitOffsetsInFinalize).
+    # Bounded runs only: Prism refuses it in streaming (stable_input requirement).
+    commit_offsets: bool = True
+    # How long Beam's Python client waits on the job service (Prism) before giving up.
+    job_server_timeout: int = 3_600_000
+    # A hung pipeline ends as an error after this long without progress; 0: never.
+    stall_timeout: int = 300_000
+
+    _dur = duration_fields("max_read_time", "job_server_timeout", "stall_timeout")
+
+    @model_validator(mode="after")
+    def _bounded_needs_a_limit(self) -> "BeamSettings":
+        if self.runner is BeamRunner.DIRECT and self.streaming:
+            raise ValueError(
+                "the direct runner reads bounded only: set beam.streaming: false "
+                "(with beam.max_records or beam.max_read_time), or runner: prism"
+            )
+        if not self.streaming and self.max_records is None and self.max_read_time is None:
+            raise ValueError(
+                "a bounded run (beam.streaming: false) needs beam.max_records or "
+                "beam.max_read_time, or it never ends"
+            )
+        return self
+
+
 class PythonSettings(Model):
     """How records reach the Python worker. PyFlink finishes the open bundle before every
     checkpoint barrier, so a bundle of 1000 records (Flink's default) behind a 250 ms
@@ -418,3 +458,4 @@ class Settings(Model):
     watermarks: WatermarkSettings = Field(default_factory=WatermarkSettings)
     window: WindowSettings = Field(default_factory=WindowSettings)
     faults: FaultSettings = Field(default_factory=FaultSettings)
+    beam: BeamSettings = Field(default_factory=BeamSettings)

@@ -1,0 +1,39 @@
+"""Kafka -> parse -> slow async enrichment -> Kafka, as a Beam pipeline; bad records and
+failed lookups to the dead-letter topic. At least once (see pipelines/beam/__init__.py)."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from pipelines import stages
+from pipelines.beam.transforms import EnrichRecords, ParseRecords, ReadRecords, WriteRecords
+from pipelines.lookups import EnrichmentClient
+from pipelines.lookups.http_demo import DemoHttpClient
+from pipelines.settings import Settings
+
+USES = ("enrichment",)
+
+
+def lookup_client(settings: Settings) -> EnrichmentClient:
+    """Where your lookup plugs in: the same clients as the PyFlink jobs (pipelines.lookups)."""
+    return DemoHttpClient.from_settings(settings)
+
+
+def build(pipeline, settings: Settings, expansion_service: str) -> None:
+    stages.require(
+        settings,
+        "sink.dead_letter_topic",
+        "malformed records must go somewhere, never silently dropped",
+    )
+    rows = pipeline | "Read" >> ReadRecords(settings, expansion_service)
+    parsed = rows | "Parse" >> ParseRecords(settings)
+    enriched = parsed.records | "Enrich" >> EnrichRecords(settings, lookup_client)
+    enriched.enriched | "Write" >> WriteRecords(settings, settings.sink.topic, expansion_service)
+    (
+        (parsed.dead_letters, enriched.dead_letters)
+        | "DeadLetters" >> beam.Flatten()
+        | "WriteDeadLetters"
+        >> WriteRecords(
+            settings, settings.sink.dead_letter_topic, expansion_service, counter="deadLetters"
+        )
+    )

@@ -1,0 +1,201 @@
+"""What the Beam pipeline needs besides Python: Beam's Java side (KafkaIO in an expansion
+service and an external Java SDK worker) and the Prism runner, all set up from pinned
+sources and run on 127.0.0.1 in process groups the caller owns.
+
+- Java: jars/beam/pom.xml, resolved by mvn into .local/beam/libs; every jar is checked
+  against jars/beam/sha256.txt (a changed or unexpected jar is an error naming it).
+- Prism: `go install github.com/apache/beam/sdks/v2/go/cmd/prism@PRISM_VERSION` from the
+  Go module proxy into .local/beam/bin (the Beam wheel ships none and would download one).
+- One Java worker serves one job only (a second job fails with RejectedExecutionException
+  and the Python side hangs), so every run starts its own pair and ends it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.jars import sha256_of
+from pipelines.paths import JARS_DIR, local_state
+from pipelines.processes import ProcessGroups
+
+log = logging.getLogger(__name__)
+
+BEAM_VERSION = "2.61.0"
+PRISM_VERSION = "v2.61.0"
+POM = JARS_DIR / "beam" / "pom.xml"
+CHECKSUMS = JARS_DIR / "beam" / "sha256.txt"
+LIBS = local_state("beam", "libs")
+PRISM = local_state("beam", "bin", "prism")
+
+
+class BeamSetupError(Exception):
+    """Beam's Java side or Prism could not be set up or started; the message says why."""
+
+
+def pinned_checksums() -> dict[str, str]:
+    pins = {}
+    for line in CHECKSUMS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, digest = line.split()
+            pins[name] = digest
+    return pins
+
+
+def check_libs(libs: Path = LIBS) -> list[Path]:
+    """The resolved jars, each matching its pinned sha256; BeamSetupError otherwise."""
+    pins = pinned_checksums()
+    found = {p.name: p for p in libs.glob("*.jar")}
+    missing = sorted(set(pins) - set(found))
+    extra = sorted(set(found) - set(pins))
+    if missing or extra:
+        raise BeamSetupError(
+            f"{libs}: the jars differ from {CHECKSUMS.name} (missing: {', '.join(missing) or 'none'}; "
+            f"not pinned: {', '.join(extra) or 'none'}): delete {libs} and run `pipelines beam setup`"
+        )
+    for name, path in sorted(found.items()):
+        if sha256_of(path) != pins[name]:
+            raise BeamSetupError(
+                f"{path} does not match its pinned sha256 in {CHECKSUMS}: delete {libs} and run "
+                f"`pipelines beam setup`"
+            )
+    return sorted(found.values())
+
+
+def ensure_java(libs: Path = LIBS) -> list[Path]:
+    """Resolve Beam's Java side with mvn (once per pom) and check every jar."""
+    from pipelines.maven import copy_dependencies, is_resolved
+
+    if not is_resolved(POM, libs):
+        log.info(f"beam     resolving Beam {BEAM_VERSION}'s Java side with mvn into {libs}")
+        problem = copy_dependencies(POM, libs)
+        if problem:
+            raise BeamSetupError(f"mvn could not resolve {POM}: {problem}")
+    return check_libs(libs)
+
+
+def ensure_prism(binary: Path = PRISM) -> Path:
+    """Build Prism from the Go module proxy at the pinned version (once)."""
+    marker = binary.with_suffix(".version")
+    if binary.is_file() and marker.is_file() and marker.read_text() == PRISM_VERSION:
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise BeamSetupError(
+            "go is not on PATH: the Prism runner is built from the Go module proxy"
+        )
+    log.info(f"beam     building Prism {PRISM_VERSION} with go (about a minute, once)")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GOBIN": str(binary.parent), "GOFLAGS": "-mod=mod"}
+    result = subprocess.run(
+        [go, "install", f"github.com/apache/beam/sdks/v2/go/cmd/prism@{PRISM_VERSION}"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if result.returncode != 0 or not binary.is_file():
+        tail = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
+        raise BeamSetupError(f"go could not build Prism {PRISM_VERSION}: {tail}")
+    marker.write_text(PRISM_VERSION)
+    return binary
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(
+    port: int, proc: subprocess.Popen, what: str, log_path: Path, deadline_s: float
+) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BeamSetupError(
+                f"{what} exited ({proc.returncode}) before it listened; see "
+                f"{log_path}: {_tail(log_path)}"
+            )
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise BeamSetupError(
+        f"{what} did not listen on 127.0.0.1:{port} within {deadline_s:.0f} s; see {log_path}"
+    )
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class JavaServices:
+    """An ExternalWorkerService and an ExpansionService that points transforms at it."""
+
+    expansion_port: int
+    worker_port: int
+
+    @property
+    def expansion_address(self) -> str:
+        return f"127.0.0.1:{self.expansion_port}"
+
+
+def start_java_services(
+    owner: ProcessGroups, libs: Path = LIBS, log_dir: Path | None = None, deadline_s: float = 90.0
+) -> JavaServices:
+    """Start both JVMs in process groups `owner` ends; return once both listen."""
+    log_dir = log_dir or local_state("logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    classpath = f"{libs}/*"
+    worker_port, expansion_port = _free_port(), _free_port()
+    environment = f"127.0.0.1:{worker_port}"
+    worker_log = log_dir / "beam-java-worker.log"
+    options = (
+        '{"options":{"defaultEnvironmentType":"EXTERNAL","defaultEnvironmentConfig":"'
+        + environment
+        + '"}}'
+    )
+    with worker_log.open("w") as out:
+        worker = owner.popen(
+            [
+                "java",
+                "-cp",
+                classpath,
+                "org.apache.beam.fn.harness.ExternalWorkerService",
+                str(worker_port),
+            ],
+            env={**os.environ, "PIPELINE_OPTIONS": options},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    _wait_listening(worker_port, worker, "Beam's Java worker", worker_log, deadline_s)
+    expansion_log = log_dir / "beam-expansion-service.log"
+    with expansion_log.open("w") as out:
+        expansion = owner.popen(
+            [
+                "java",
+                "-cp",
+                classpath,
+                "org.apache.beam.sdk.expansion.service.ExpansionService",
+                str(expansion_port),
+                "--defaultEnvironmentType=EXTERNAL",
+                f"--defaultEnvironmentConfig={environment}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    _wait_listening(
+        expansion_port, expansion, "Beam's expansion service", expansion_log, deadline_s
+    )
+    return JavaServices(expansion_port, worker_port)

@@ -1,0 +1,238 @@
+"""The enrich job's stages as Beam composite transforms, each with a stable label:
+read (KafkaIO, cross-language), parse (dead letters as a tagged output), enrich (the
+project's enrichment stage and lookup clients, a batch of lookups in flight at once),
+write (KafkaIO). The logic is the PyFlink job's own (pipelines.parse,
+pipelines.enrichment): the same record gives the same output and the same dead letter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines.settings import ConfigError, OffsetReset, Settings, StartMode
+from pipelines.settings.kafka_clients import java_client_properties
+
+DEAD = "dead_letters"
+
+
+class ConfigUnsupported(ConfigError):
+    """A setting the Beam pipeline cannot honour (the message names it)."""
+
+
+def consumer_config(settings: Settings) -> dict[str, str]:
+    start = settings.source.start
+    if start.mode is StartMode.GROUP_OFFSETS:
+        reset = {
+            OffsetReset.EARLIEST: "earliest",
+            OffsetReset.LATEST: "latest",
+            OffsetReset.FAIL: "none",
+        }[start.fallback]
+    elif start.mode in (StartMode.EARLIEST, StartMode.TIMESTAMP):
+        reset = "earliest"
+    else:
+        raise ConfigUnsupported(
+            f"source.start.mode: {start.mode.value} is not supported by the Beam pipeline; "
+            f"allowed there: group-offsets, earliest, timestamp"
+        )
+    return {
+        **java_client_properties(settings.kafka),
+        "bootstrap.servers": settings.kafka.bootstrap_servers,
+        "group.id": settings.source.group_id,
+        "auto.offset.reset": reset,
+        "enable.auto.commit": "false",
+    }
+
+
+class ReadRecords(beam.PTransform):
+    """Kafka records with their topic, partition, offset, timestamp, key and value bytes."""
+
+    def __init__(self, settings: Settings, expansion_service: str):
+        super().__init__()
+        self.settings = settings
+        self.expansion_service = expansion_service
+
+    def expand(self, pbegin):
+        from apache_beam.io.kafka import ReadFromKafka
+
+        s, cfg = self.settings, self.settings.beam
+        if not s.source.topics:
+            raise ConfigUnsupported(
+                "source.topic_pattern: the Beam pipeline reads named topics only"
+            )
+        kwargs = {}
+        if s.source.start.mode is StartMode.TIMESTAMP:
+            kwargs["start_read_time"] = s.source.start.timestamp
+        if not cfg.streaming:
+            if cfg.max_records is not None:
+                kwargs["max_num_records"] = cfg.max_records
+            if cfg.max_read_time is not None:
+                kwargs["max_read_time"] = max(1, cfg.max_read_time // 1000)
+            kwargs["commit_offset_in_finalize"] = cfg.commit_offsets
+        return pbegin | ReadFromKafka(
+            consumer_config=consumer_config(s),
+            topics=list(s.source.topics),
+            with_metadata=True,
+            expansion_service=self.expansion_service,
+            **kwargs,
+        )
+
+
+class _ParseFn(beam.DoFn):
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def setup(self):
+        self.dead = Metrics.counter("parse", "deadLetters")
+
+    def process(self, row):
+        from pipelines.parse import dead_letter, parse_value
+
+        s = self.settings
+        record, reason = parse_value(row.value, s.parse.required_fields, None, s.parse.origin_field)
+        if record is None:
+            self.dead.inc()
+            yield beam.pvalue.TaggedOutput(
+                DEAD, dead_letter(row, reason, s.job.name, s.sink.dead_letter_bytes(s.kafka))
+            )
+            return
+        if s.parse.origin_field:
+            record[s.parse.origin_field] = {
+                "topic": row.topic,
+                "partition": row.partition,
+                "offset": row.offset,
+                "timestamp": row.timestamp,
+            }
+        yield record
+
+
+class ParseRecords(beam.PTransform):
+    """Kafka records -> JSON records (dicts); the rest to the `dead_letters` output."""
+
+    def __init__(self, settings: Settings):
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, rows):
+        return rows | beam.ParDo(_ParseFn(self.settings)).with_outputs(DEAD, main="records")
+
+
+class _EnrichBatchFn(beam.DoFn):
+    """Records buffered per bundle and looked up a batch at a time, every lookup of a batch
+    in flight at once (each with its own timeout and retries), through the project's
+    enrichment stage and the job's lookup client. A bundle's last partial batch goes at
+    its end, so nothing waits for more input."""
+
+    def __init__(self, settings: Settings, client_factory):
+        self.settings = settings
+        self.client_factory = client_factory
+        self.batch_size = settings.enrichment.effective_batch_size()
+
+    def setup(self):
+        from pipelines.enrichment import EnrichStats, _enricher, stage_client
+
+        self.loop = asyncio.new_event_loop()
+        client = stage_client(self.client_factory(self.settings), self.settings.enrichment)
+        self.enricher = _enricher(self.settings, client)
+        self.reported = dict.fromkeys(EnrichStats.NAMES, 0)
+        self.counters = {n: Metrics.counter("enrich", n) for n in EnrichStats.NAMES}
+
+    def start_bundle(self):
+        self.buffer = []
+
+    def process(self, record, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+        self.buffer.append((record, timestamp, window))
+        if len(self.buffer) >= self.batch_size:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        yield from self._flush()
+
+    async def _all_of(self, records):
+        return await asyncio.gather(*map(self.enricher.one, records))
+
+    def _flush(self):
+        from apache_beam.utils.windowed_value import WindowedValue
+
+        from pipelines.stages import DEAD_MARK
+
+        batch, self.buffer = self.buffer, []
+        if not batch:
+            return
+        texts = self.loop.run_until_complete(self._all_of([r for r, _, _ in batch]))
+        for text, (_, timestamp, window) in zip(texts, batch):
+            if text.startswith(DEAD_MARK):
+                yield beam.pvalue.TaggedOutput(
+                    DEAD, WindowedValue(text[len(DEAD_MARK) :], timestamp, [window])
+                )
+            else:
+                yield WindowedValue(text, timestamp, [window])
+        for name, count in self.enricher.stats.counts.items():
+            if count != self.reported[name]:
+                self.counters[name].inc(count - self.reported[name])
+                self.reported[name] = count
+
+    def teardown(self):
+        loop = getattr(self, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.run_until_complete(self.enricher.client.close())
+            loop.close()
+
+
+class EnrichRecords(beam.PTransform):
+    """JSON records -> enriched JSON text; failed lookups to `dead_letters` (the
+    enrichment failure policy of the `enrichment:` settings)."""
+
+    def __init__(self, settings: Settings, client_factory):
+        super().__init__()
+        self.settings = settings
+        self.client_factory = client_factory
+
+    def expand(self, records):
+        return records | "Lookup" >> beam.ParDo(
+            _EnrichBatchFn(self.settings, self.client_factory)
+        ).with_outputs(DEAD, main="enriched")
+
+
+class _ToKafkaRecord(beam.DoFn):
+    def __init__(self, counter: str):
+        self.counter_name = counter
+
+    def setup(self):
+        self.written = Metrics.counter("write", self.counter_name)
+
+    def process(self, text: str):
+        self.written.inc()
+        yield b"", text.encode("utf-8")
+
+
+class WriteRecords(beam.PTransform):
+    """JSON text -> a Kafka topic (KafkaIO; at least once: Beam's Python KafkaIO write has
+    no exactly-once mode on these runners)."""
+
+    def __init__(
+        self, settings: Settings, topic: str, expansion_service: str, counter: str = "records"
+    ):
+        super().__init__()
+        self.settings = settings
+        self.topic = topic
+        self.expansion_service = expansion_service
+        self.counter = counter
+
+    def expand(self, texts):
+        from apache_beam.io.kafka import WriteToKafka
+
+        producer = {
+            **java_client_properties(self.settings.kafka),
+            "bootstrap.servers": self.settings.kafka.bootstrap_servers,
+        }
+        return (
+            texts
+            | "ToKafkaRecord"
+            >> beam.ParDo(_ToKafkaRecord(self.counter)).with_output_types(tuple[bytes, bytes])
+            | WriteToKafka(
+                producer_config=producer, topic=self.topic, expansion_service=self.expansion_service
+            )
+        )

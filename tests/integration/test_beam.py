@@ -1,0 +1,212 @@
+"""The enrich job as a Beam pipeline, run for real: KafkaIO's Java side in a local
+expansion service and Java worker, on Prism (streaming) and the DirectRunner (bounded).
+Read back with read_committed; offsets read from the broker, to state what a restart does."""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.enrichment_service import company_profile
+from pipelines.devtools.topics import (
+    committed_offsets,
+    create_topics,
+    end_offsets,
+    produce,
+    read_all,
+)
+from tests.support import CLI, Started, process_tree, run_cli, topic_args, wait_gone
+
+pytestmark = pytest.mark.integration
+
+TOTAL, BAD_EVERY = 600, 50
+STOP_LIMIT_S = 30
+
+
+@pytest.fixture(scope="module")
+def beam_ready():
+    """Beam's Java side and Prism, as `pipelines beam setup` makes them (once per machine)."""
+    from pipelines.beam.java import ensure_java, ensure_prism
+
+    ensure_java()
+    ensure_prism()
+
+
+def beam_args(kafka, names, service, *sets: str) -> list[str]:
+    args = [*topic_args(kafka, names, dead_letters=True), "--set", f"enrichment.url={service.url}"]
+    for item in sets:
+        args += ["--set", item]
+    return args
+
+
+def expected(values: list[bytes]) -> tuple[dict[int, dict], int]:
+    good = {}
+    for value in values:
+        try:
+            record = json.loads(value)
+        except ValueError:
+            continue
+        if "id" in record:
+            good[record["id"]] = record
+    return good, len(values) - len(good)
+
+
+def shifted(value: bytes, by: int) -> bytes:
+    """A demo value with its id moved by `by` (malformed ones unchanged)."""
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return value
+    if "id" in record:
+        record["id"] += by
+    return json.dumps(record).encode()
+
+
+def read_back(kafka, names) -> tuple[list[dict], list[dict]]:
+    out = [json.loads(v) for v in read_all(kafka, names("out"))]
+    dead = [json.loads(v) for v in read_all(kafka, names("dlq"))]
+    return out, dead
+
+
+def check_exact(out, dead, good, bad, label):
+    ids = Counter(r["id"] for r in out)
+    duplicates = sum(n - 1 for n in ids.values())
+    print(
+        f"[{label}] input {len(good) + bad}, output {len(out)}, distinct {len(ids)}, "
+        f"duplicates {duplicates}, dead letters {len(dead)}"
+    )
+    assert set(ids) == set(good)
+    for record in out:
+        assert record["enrichment"] == company_profile(good[record["id"]]["company"])
+    assert sorted(d["stage"] for d in dead) == ["parse"] * bad
+    # At least once: a clean run writes each record once; a retried bundle may repeat some.
+    assert duplicates <= len(good) // 10
+
+
+def test_bounded_run_on_the_direct_runner_is_exact_and_a_rerun_resumes(
+    beam_ready, kafka, names, enrichment_service
+):
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    values = demo_values(TOTAL, bad_every=BAD_EVERY)
+    produce(kafka, names("in"), values)
+    bounded = ("beam.runner=direct", "beam.streaming=false", f"beam.max_records={TOTAL}")
+    run_cli(
+        "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service, *bounded), timeout=400
+    )
+    good, bad = expected(values)
+    out, dead = read_back(kafka, names)
+    check_exact(out, dead, good, bad, "direct, bounded")
+    # commit_offset_in_finalize: the group's offsets are the end of what was read.
+    assert committed_offsets(kafka, names("group"), names("in")) == end_offsets(kafka, names("in"))
+
+    # A second bounded run of the same group reads only what came after.
+    more = [shifted(v, TOTAL) for v in demo_values(TOTAL, bad_every=BAD_EVERY)]
+    produce(kafka, names("in"), more)
+    run_cli(
+        "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service, *bounded), timeout=400
+    )
+    good_more, bad_more = expected(more)
+    out, dead = read_back(kafka, names)
+    check_exact(out, dead, {**good, **good_more}, bad + bad_more, "direct, bounded, resumed")
+
+
+def test_a_bounded_read_that_could_never_finish_is_refused(
+    beam_ready, kafka, names, enrichment_service
+):
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(30), partition=0)
+    proc = run_cli(
+        "beam",
+        "run",
+        "enrich",
+        *beam_args(
+            kafka,
+            names,
+            enrichment_service,
+            "beam.runner=direct",
+            "beam.streaming=false",
+            "beam.max_records=30",
+        ),
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: beam.max_records: 30 over 3 partitions is 10 from each, and {names('in')}[1] "
+        f"has 0, {names('in')}[2] has 0 after the start offset: the read would wait forever. "
+        f"Lower beam.max_records, or use beam.max_read_time"
+    ]
+
+
+def test_streaming_on_prism_is_exact_and_ctrl_c_leaves_nothing(
+    beam_ready, kafka, names, enrichment_service
+):
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    values = demo_values(TOTAL, bad_every=BAD_EVERY)
+    produce(kafka, names("in"), values)
+    good, bad = expected(values)
+    job = Started(
+        [*CLI, "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service)],
+        sigint_ignored=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        out, dead = read_back(kafka, names)
+        if len({r["id"] for r in out}) >= len(good) and len(dead) >= bad:
+            break
+        assert job.proc.poll() is None, job.output[-3000:]
+        time.sleep(2)
+    tree = process_tree(job.proc.pid)
+    assert any("prism" in cmd for _, cmd in tree.values()), tree
+    started = time.monotonic()
+    job.proc.send_signal(signal.SIGINT)
+    code = job.wait(timeout=STOP_LIMIT_S + 30)
+    took = time.monotonic() - started
+    assert code == 0, job.output[-3000:]
+    assert took < STOP_LIMIT_S
+    assert "beam job enrich cancelled" in job.output
+    left = wait_gone(tree, 15)
+    assert not left, f"still running after the CLI exited: {left}"
+    out, dead = read_back(kafka, names)
+    check_exact(out, dead, good, bad, "prism, streaming")
+    # Streaming on Prism commits no offsets (commit_offset_in_finalize is refused there and
+    # auto-commit is off): a restart starts from source.start.fallback again.
+    assert set(committed_offsets(kafka, names("group"), names("in")).values()) == {-1001}
+
+
+def test_enrichment_outage_dead_letters_every_record_with_its_reason(
+    beam_ready, kafka, names, enrichment_service
+):
+    enrichment_service.configure(down=True)
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    values = demo_values(90)
+    produce(kafka, names("in"), values)
+    run_cli(
+        "beam",
+        "run",
+        "enrich",
+        *beam_args(
+            kafka,
+            names,
+            enrichment_service,
+            "beam.runner=direct",
+            "beam.streaming=false",
+            "beam.max_records=90",
+            "enrichment.retries=1",
+            "enrichment.backoff=10ms",
+        ),
+        timeout=400,
+    )
+    out, dead = read_back(kafka, names)
+    assert out == []
+    assert sorted(json.loads(base64.b64decode(d["value_b64"]))["id"] for d in dead) == list(
+        range(90)
+    )
+    assert {d["stage"] for d in dead} == {"enrich"}
+    assert {d["error"].split(" from ")[0] for d in dead} == {"enrichment unavailable: HTTP 503"}
