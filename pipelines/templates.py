@@ -57,6 +57,7 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     """Copy job `template` (any job in `root`'s pipelines/jobs) as `name`: the module as it
     is (a job's name is its module's, so nothing in it changes), its config with the names
     the new job must own, and a smoke test."""
+    from pipelines.beam import names as beam_names
     from pipelines.jobs import names
 
     if (
@@ -68,13 +69,18 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
             f"job name {name!r} is not allowed: use a lowercase Python identifier "
             f"(letters, digits, underscores; starting with a letter), e.g. orders_enrich"
         )
-    templates = names(root / "pipelines" / "jobs")
+    beam = template.startswith("beam-")
+    templates = names(root / "pipelines" / "jobs") + [
+        f"beam-{n}" for n in beam_names(root / "pipelines" / "beam")
+    ]
     if template not in templates:
         raise ConfigError(f"--from {template!r} is not a job; allowed: {', '.join(templates)}")
+    source_name = template.removeprefix("beam-")
+    package = root / "pipelines" / ("beam" if beam else "jobs")
     target = NewJob(
-        module=root / "pipelines" / "jobs" / f"{name}.py",
+        module=package / f"{name}.py",
         config=root / "conf" / "base" / f"{name}.yaml",
-        test=root / "tests" / "integration" / f"test_job_{name}.py",
+        test=root / "tests" / "integration" / f"test_{'beam_' if beam else ''}job_{name}.py",
     )
     existing = [
         str(p.relative_to(root)) for p in (target.module, target.config, target.test) if p.exists()
@@ -84,14 +90,15 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
             f"job {name!r} exists already ({', '.join(existing)}); nothing was written"
         )
 
-    module = (root / "pipelines" / "jobs" / f"{template}.py").read_text()
-    base_conf = yaml.safe_load((root / "conf" / "base" / f"{template}.yaml").read_text())
+    module = (package / f"{source_name}.py").read_text()
+    base_conf = yaml.safe_load((root / "conf" / "base" / f"{source_name}.yaml").read_text())
     config = (
-        f"# {name}: created from conf/base/{template}.yaml by `pipelines new`. It owns its\n"
+        f"# {name}: created from conf/base/{source_name}.yaml by `pipelines new`. It owns its\n"
         f"# topics, group id and transactional id prefix; change them together.\n"
         + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False)
     )
-    test = _TEST_TEMPLATES[_smoke_test_kind(module, base_conf)].format(name=name, template=template)
+    kind = "beam" if beam else _smoke_test_kind(module, base_conf)
+    test = _TEST_TEMPLATES[kind].format(name=name, template=template)
 
     target.module.write_text(module)
     target.config.write_text(config)
@@ -100,6 +107,36 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
 
 
 _TEST_TEMPLATES = {
+    "beam": '''"""Smoke test of the {name} Beam job (created from {template}): a bounded run on the
+DirectRunner writes every good record once and every bad one as a dead letter. Extend it
+as the job becomes yours (tests/integration/test_beam.py shows Prism streaming)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.topics import create_topics, produce, read_all
+from tests.support import run_cli, topic_args
+
+pytestmark = pytest.mark.integration
+
+
+def test_{name}_processes_every_record(kafka, names, enrichment_service):
+    total, bad_every = 300, 50
+    create_topics(kafka, {{names("in"): 3, names("out"): 3, names("dlq"): 1}})
+    produce(kafka, names("in"), demo_values(total, bad_every=bad_every))
+    run_cli("beam", "run", "{name}", *topic_args(kafka, names, dead_letters=True),
+            "--set", f"enrichment.url={{enrichment_service.url}}",
+            "--set", "beam.runner=direct", "--set", "beam.streaming=false",
+            "--set", f"beam.max_records={{total}}", timeout=400)
+    out = [json.loads(v) for v in read_all(kafka, names("out"))]
+    dead = [json.loads(v) for v in read_all(kafka, names("dlq"))]
+    assert {{r["id"] for r in out}} == {{i for i in range(total) if i % bad_every != bad_every - 1}}
+    assert len(dead) == total // bad_every
+''',
     "copy": '''"""Smoke test of the {name} job (created from {template}): every input record comes out
 exactly once, byte for byte, malformed ones included (the copy does not parse them).
 Extend it as the job becomes yours."""
@@ -212,15 +249,15 @@ def effective_config(loaded: Loaded) -> dict:
 
 
 def _cluster_sources(job: str, src_pipelines: Path):
-    """copytree's ignore: what a cluster does not run stays behind: devtools (local
-    infrastructure, the operator bench), the other jobs, caches."""
+    """copytree's ignore: what a Flink cluster does not run stays behind: devtools (local
+    infrastructure), the Beam pipelines, the other jobs, caches."""
     from pipelines.jobs import names
 
     def ignore(directory: str, entries: list[str]) -> set[str]:
         skipped = {e for e in entries if e == "__pycache__" or e.endswith(".pyc")}
         here = Path(directory).resolve()
         if here == src_pipelines:
-            skipped.add("devtools")
+            skipped.update({"devtools", "beam"})
         if here == src_pipelines / "jobs":
             skipped.update(f"{other}.py" for other in names(here) if other != job)
         return skipped

@@ -9,3 +9,15 @@ a local expansion service and Java worker. Its guarantees differ from the PyFlin
 A Beam job module here holds `USES`, `lookup_client(settings)` and
 `build(pipeline, settings, expansion_service)`; `pipelines beam run NAME` runs it.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BEAM_DIR = Path(__file__).resolve().parent
+MACHINERY = {"__init__", "runner", "java", "transforms"}
+
+
+def names(beam_dir: Path = BEAM_DIR) -> list[str]:
+    """The Beam jobs in `beam_dir` (this package by default): its modules but the machinery."""
+    return sorted(p.stem for p in beam_dir.glob("*.py") if p.stem not in MACHINERY)

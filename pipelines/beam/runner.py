@@ -32,12 +32,9 @@ TERMINAL = {"DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"}
 
 
 def beam_job_names() -> list[str]:
-    here = Path(__file__).resolve().parent
-    return sorted(
-        p.stem
-        for p in here.glob("*.py")
-        if p.stem not in ("__init__", "runner", "java", "transforms")
-    )
+    from pipelines import beam
+
+    return beam.names()
 
 
 def load_beam_job(name: str):

@@ -44,28 +44,22 @@ def cli(copy, env, *args, timeout=60):
     )
 
 
-@pytest.mark.parametrize("template", ["enrich", "windowed", "passthrough"])
+@pytest.mark.parametrize("template", ["enrich", "windowed", "passthrough", "beam-enrich"])
 def test_new_job_passes_its_own_test(tmp_path, kafka, template):
     copy, env = fresh_copy(tmp_path)
-    name = f"my_{template}"
+    name = f"my_{template.replace('-', '_')}"
     made = cli(copy, env, "new", name, "--from", template)
     assert made.returncode == 0, made.stderr
-    assert f"created pipelines/jobs/{name}.py" in made.stdout
+    beam = template.startswith("beam-")
+    assert f"created pipelines/{'beam' if beam else 'jobs'}/{name}.py" in made.stdout
+    test = f"tests/integration/test_{'beam_' if beam else ''}job_{name}.py"
     tested = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            f"tests/integration/test_job_{name}.py",
-        ],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
         cwd=copy,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     print(tested.stdout[-400:])
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]

@@ -117,3 +117,21 @@ def test_unknown_template_lists_the_jobs(project):
     with pytest.raises(ConfigError) as err:
         new_job("orders", "nope", project)
     assert str(err.value) == "--from 'nope' is not a job; allowed: enrich, passthrough, windowed"
+
+
+def test_a_beam_job_is_copied_with_its_own_config_and_smoke_test(project):
+    (project / "pipelines" / "beam").mkdir()
+    for module in ("enrich", "runner", "transforms"):
+        shutil.copy(ROOT / "pipelines" / "beam" / f"{module}.py", project / "pipelines" / "beam")
+    created = new_job("orders", "beam-enrich", project)
+    assert created.module == project / "pipelines" / "beam" / "orders.py"
+    assert created.module.read_bytes() == (ROOT / "pipelines" / "beam" / "enrich.py").read_bytes()
+    assert yaml.safe_load(created.config.read_text())["source"]["topics"] == ["orders-in"]
+    assert created.test.name == "test_beam_job_orders.py"
+    assert '"beam", "run", "orders"' in created.test.read_text()
+    compile(created.test.read_text(), str(created.test), "exec")
+    with pytest.raises(ConfigError) as err:
+        new_job("other", "beam-runner", project)
+    assert str(err.value).endswith(
+        "allowed: enrich, passthrough, windowed, beam-enrich, beam-orders"
+    )
