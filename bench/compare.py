@@ -4,9 +4,12 @@ Every system reads the same pre-filled 3-partition topic of ~150-byte JSON recor
 same broker and writes exactly once; one observer reads the output with read_committed and
 notes when each record became visible. A system's rate is 80% of the records over the time
 between the 10% and 90% marks (start-up and the last commit are not counted); its start-up
-is the time from launch to the first visible record. Systems alternate within each
+is the time from launch to the first visible record, and its end-to-end rate is all the
+records over the time from launch to the last one visible (start-up included: the figure
+for a system that writes in bursts, such as Beam's bundles). Systems alternate within each
 repetition (the order flips every repetition) so a slow spell of the machine hits all of
-them. Every run must deliver every id exactly once, or the table says what it got.
+them. Every run must deliver every id exactly once, or the table says what it got (the
+Beam pipeline writes at least once; a clean run still has no duplicates).
 
 Results: a table on stdout, bench/results/compare.{txt,json,png}.
 """
@@ -57,6 +60,7 @@ class Run:
     rep: int
     rate: float | None
     startup_s: float | None
+    e2e_rate: float | None
     seen: int
     distinct: int
     error: str = ""
@@ -68,11 +72,16 @@ class Summary:
     system: str
     rates: list[float] = field(default_factory=list)
     startups: list[float] = field(default_factory=list)
+    e2e_rates: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
     @property
     def median(self) -> float | None:
         return statistics.median(self.rates) if self.rates else None
+
+    @property
+    def e2e(self) -> float | None:
+        return statistics.median(self.e2e_rates) if self.e2e_rates else None
 
     @property
     def startup(self) -> float | None:
@@ -310,15 +319,17 @@ def measure(
     seen, distinct = len(times), len(observer.ids)
     if distinct < case.records and not error:
         error = f"{distinct} of {case.records} ids"
-    rate = startup = None
+    rate = startup = e2e = None
     if times:
         startup = times[0] - started
+    if times and distinct >= case.records:
+        e2e = case.records / max(times[-1] - started, 1e-3)
     if distinct >= case.records and seen >= 10:
         t10, t90 = times[int(seen * 0.1)], times[int(seen * 0.9) - 1]
         rate = 0.8 * seen / max(t90 - t10, 1e-3)
     if seen > distinct:
         error = (error + "; " if error else "") + f"{seen - distinct} duplicates"
-    return Run(case.name, system, rep, rate, startup, seen, distinct, error)
+    return Run(case.name, system, rep, rate, startup, e2e, seen, distinct, error)
 
 
 # -- the whole benchmark ------------------------------------------------------------------
@@ -350,6 +361,8 @@ def summarise(runs: list[Run]) -> list[Summary]:
             s.rates.append(run.rate)
         if run.startup_s is not None:
             s.startups.append(run.startup_s)
+        if run.e2e_rate is not None and not run.error:
+            s.e2e_rates.append(run.e2e_rate)
         if run.error:
             s.failures.append(f"rep {run.rep}: {run.error}")
     return list(summaries.values())
@@ -362,7 +375,7 @@ def _cell(value: float | None, spec: str, width: int) -> str:
 def table(summaries: list[Summary]) -> str:
     header = (
         f"{'case':13} {'system':14} {'min/s':>9} {'median/s':>9} {'max/s':>9} "
-        f"{'x quix':>7} {'start s':>8}  notes"
+        f"{'x quix':>7} {'start s':>8} {'e2e/s':>8}  notes"
     )
     lines = [header, "-" * len(header)]
     peers = {s.case: s.median for s in summaries if s.system == "quix"}
@@ -373,7 +386,8 @@ def table(summaries: list[Summary]) -> str:
         lines.append(
             f"{s.case:13} {s.system:14} {_cell(low, '9,.0f', 9)} "
             f"{_cell(s.median, '9,.0f', 9)} {_cell(high, '9,.0f', 9)} "
-            f"{_cell(ratio, '7.2f', 7)} {_cell(s.startup, '8.1f', 8)}  "
+            f"{_cell(ratio, '7.2f', 7)} {_cell(s.startup, '8.1f', 8)} "
+            f"{_cell(s.e2e, '8,.0f', 8)}  "
             f"{'; '.join(s.failures)}"
         )
     return "\n".join(lines)
@@ -428,6 +442,10 @@ def readme_with_table(readme: str, table_text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # However it was started (`make bench &` inherits SIGINT as ignored), Ctrl-C and SIGTERM
+    # end it through the `finally` below, which stops the runs and the service it started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.jars import sha256_of
@@ -145,6 +145,7 @@ class JavaServices:
 
     expansion_port: int
     worker_port: int
+    processes: dict = field(default_factory=dict)  # what -> (Popen, its log)
 
     @property
     def expansion_address(self) -> str:
@@ -198,4 +199,19 @@ def start_java_services(
     _wait_listening(
         expansion_port, expansion, "Beam's expansion service", expansion_log, deadline_s
     )
-    return JavaServices(expansion_port, worker_port)
+    return JavaServices(
+        expansion_port,
+        worker_port,
+        {"Java worker": (worker, worker_log), "expansion service": (expansion, expansion_log)},
+    )
+
+
+def dead_service(services: JavaServices) -> str | None:
+    """A one-line reason if a Java service has exited (a pipeline would hang on it)."""
+    for what, (proc, log_path) in services.processes.items():
+        if proc.poll() is not None:
+            return (
+                f"Beam's {what} exited ({proc.returncode}) while the pipeline ran; see "
+                f"{log_path}: {_tail(log_path)}"
+            )
+    return None

@@ -236,13 +236,16 @@ def run(name: str, args) -> int:
         log.info(f"beam job {name} starting on {settings.beam.runner.value} ({mode})")
         progress = OutputCounter(settings)
         try:
-            result = _run_watched(pipeline, settings, progress)
+            result = _run_watched(pipeline, settings, progress, services)
             state = str(result.state).rsplit(".", 1)[-1]
             log.info(progress_line(progress.totals()))
         finally:
             progress.close()
         if state != "DONE":
-            raise Failure(f"beam job {name} ended {state}; see .local/logs/beam-*.log")
+            raise Failure(
+                java.dead_service(services)
+                or f"beam job {name} ended {state}; see .local/logs/beam-*.log"
+            )
         log.info(f"beam job {name} finished")
         return 0
     except StopRequested as stop:
@@ -258,7 +261,7 @@ def run(name: str, args) -> int:
         stops.restore()
 
 
-def _run_watched(pipeline, settings: Settings, progress: OutputCounter):
+def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services):
     """pipeline.run(), then wait for the end with progress lines, a start deadline and,
     for bounded runs, the stall watchdog."""
     holder: dict = {}
@@ -279,6 +282,13 @@ def _run_watched(pipeline, settings: Settings, progress: OutputCounter):
         thread.join(timeout=1.0)
         if "error" in holder:
             raise Failure(f"beam pipeline failed: {_one_line(holder['error'])}")
+        from pipelines.beam.java import dead_service
+
+        dead = dead_service(services)
+        if dead and not ("result" in holder and _state(holder["result"]) in TERMINAL):
+            if "result" in holder:
+                _cancel(holder["result"])
+            raise Failure(dead)
         result = holder.get("result")
         if result is None:
             if time.monotonic() - started > START_DEADLINE_S:
@@ -303,6 +313,10 @@ def _run_watched(pipeline, settings: Settings, progress: OutputCounter):
                 f"the bounded run made no progress for {stall_s:.0f} s "
                 f"(beam.stall_timeout); cancelled"
             )
+
+
+def _state(result) -> str:
+    return str(result.state).rsplit(".", 1)[-1]
 
 
 def _cancel(result) -> None:

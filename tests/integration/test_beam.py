@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import time
 from collections import Counter
@@ -210,3 +211,27 @@ def test_enrichment_outage_dead_letters_every_record_with_its_reason(
     )
     assert {d["stage"] for d in dead} == {"enrich"}
     assert {d["error"].split(" from ")[0] for d in dead} == {"enrichment unavailable: HTTP 503"}
+
+
+def test_a_java_worker_that_dies_is_one_error_not_a_hang(
+    beam_ready, kafka, names, enrichment_service
+):
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(60))
+    job = Started(
+        [*CLI, "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service)],
+        separate_stderr=True,
+    )
+    deadline = time.monotonic() + 240
+    while len(read_all(kafka, names("out"))) < 60:
+        assert time.monotonic() < deadline, job.output[-3000:]
+        assert job.proc.poll() is None, job.output[-3000:]
+        time.sleep(1)
+    tree = process_tree(job.proc.pid)
+    [worker] = [pid for pid, (_, cmd) in tree.items() if "ExternalWorkerService" in cmd]
+    os.kill(worker, signal.SIGKILL)
+    code = job.wait(timeout=60)
+    assert code == 2, job.output[-3000:]
+    [line] = job.error_lines
+    assert line.startswith("error: Beam's Java worker exited (-9) while the pipeline ran; see ")
+    assert not wait_gone(tree, 15)
