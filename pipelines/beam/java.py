@@ -85,7 +85,9 @@ def ensure_prism(binary: Path = PRISM) -> Path:
     marker = binary.with_suffix(".version")
     if binary.is_file() and marker.is_file() and marker.read_text() == PRISM_VERSION:
         return binary
-    go = shutil.which("go")
+    go = shutil.which("go") or next(
+        (str(p) for p in (Path("/usr/local/go/bin/go"),) if p.is_file()), None
+    )
     if go is None:
         raise BeamSetupError(
             "go is not on PATH: the Prism runner is built from the Go module proxy"
