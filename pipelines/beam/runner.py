@@ -210,7 +210,7 @@ def run(name: str, args) -> int:
     module = load_beam_job(name)
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
-    result = None
+    holder: dict = {}  # the PipelineResult once submitted, for a stop to cancel
     # Beam's SDK harness runs here (LOOPBACK) and writes tracebacks of its threads to stderr,
     # and its own log lines to the root logger: both to a log file, the CLI says one line.
     sys.stderr = WorkerOutput(sys.stderr, local_state("logs", f"beam-{name}-python.log"))
@@ -236,7 +236,7 @@ def run(name: str, args) -> int:
         log.info(f"beam job {name} starting on {settings.beam.runner.value} ({mode})")
         progress = OutputCounter(settings)
         try:
-            result = _run_watched(pipeline, settings, progress, services)
+            result = _run_watched(pipeline, settings, progress, services, holder)
             state = str(result.state).rsplit(".", 1)[-1]
             log.info(progress_line(progress.totals()))
         finally:
@@ -250,8 +250,8 @@ def run(name: str, args) -> int:
         return 0
     except StopRequested as stop:
         log.info(f"stopping ({stop.signame}): cancelling the pipeline")
-        if result is not None:
-            _cancel(result)
+        if holder.get("result") is not None:
+            _cancel(holder["result"])
         log.info(f"beam job {name} cancelled")
         return 0
     finally:
@@ -261,10 +261,9 @@ def run(name: str, args) -> int:
         stops.restore()
 
 
-def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services):
+def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services, holder: dict):
     """pipeline.run(), then wait for the end with progress lines, a start deadline and,
-    for bounded runs, the stall watchdog."""
-    holder: dict = {}
+    for bounded runs, the stall watchdog. The result goes into `holder` when there is one."""
 
     def submit():
         try:
