@@ -221,7 +221,15 @@ def worst_case_ms(cfg: EnrichmentSettings) -> int:
     return (cfg.retries + 1) * cfg.timeout + backoffs
 
 
-def _enricher(settings: Settings, client: EnrichmentClient) -> RecordEnricher:
+def enricher_for(
+    settings: Settings, client_factory: ClientFactory, coalesce: bool = True
+) -> RecordEnricher:
+    """The stage's record enricher over a client the job's factory makes, coalesced (see
+    `stage_client`) unless `coalesce` is False. Called where the client is used: on the
+    worker, when an operator opens."""
+    client = client_factory(settings)
+    if coalesce:
+        client = stage_client(client, settings.enrichment)
     return RecordEnricher(
         client,
         settings.enrichment,
@@ -241,7 +249,7 @@ def make_async_function(settings: Settings, client_factory: ClientFactory):
     class Enrich(AsyncFunction):
         def open(self, runtime_context):
             # The client's connections are made lazily on the operator's event-loop thread.
-            self.enricher = _enricher(settings, stage_client(client_factory(settings), cfg))
+            self.enricher = enricher_for(settings, client_factory)
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
@@ -270,11 +278,9 @@ def make_batch_async_function(settings: Settings, client_factory: ClientFactory)
     (pipelines.flink.SplitLines takes them apart in the JVM)."""
     from pyflink.datastream.functions import AsyncFunction
 
-    cfg = settings.enrichment
-
     class EnrichBatch(AsyncFunction):
         def open(self, runtime_context):
-            self.enricher = _enricher(settings, stage_client(client_factory(settings), cfg))
+            self.enricher = enricher_for(settings, client_factory)
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
@@ -291,7 +297,7 @@ def make_sync_function(settings: Settings, client_factory: ClientFactory):
     class EnrichSync(MapFunction):
         def open(self, runtime_context):
             self.loop = asyncio.new_event_loop()
-            self.enricher = _enricher(settings, client_factory(settings))
+            self.enricher = enricher_for(settings, client_factory, coalesce=False)
             self.enricher.stats.register(runtime_context)
 
         def map(self, value: str) -> str:

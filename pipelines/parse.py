@@ -65,6 +65,12 @@ def field_problem(record: dict, name: str, wanted: FieldType) -> str | None:
     return None if ok else f"{type(value).__name__}, not {wanted.value}"
 
 
+def origin_block(topic: str, partition: int, offset: int, timestamp: int) -> dict:
+    """Where a record came from, as records (`parse.origin_field`) and dead letters carry it:
+    enough to find it again and replay it."""
+    return {"topic": topic, "partition": partition, "offset": offset, "timestamp": timestamp}
+
+
 def parse_value(
     value: bytes | None,
     required: dict[str, FieldType] | list[str],
@@ -170,12 +176,7 @@ def dead_letter(
             "error": reason[:REASON_CHARS],
             "job": job,
             "stage": stage,
-            "origin": {
-                "topic": row.topic,
-                "partition": row.partition,
-                "offset": row.offset,
-                "timestamp": row.timestamp,
-            },
+            "origin": origin_block(row.topic, row.partition, row.offset, row.timestamp),
             **key_fields,
             **value_fields,
             "value_preview": preview,
@@ -287,12 +288,7 @@ def make_parse_function(
                 record, reason = parse_value(value, required, event_time_field, origin_field)
                 if record is not None:
                     if origin_field:
-                        record[origin_field] = {
-                            "topic": topic,
-                            "partition": partition,
-                            "offset": offset,
-                            "timestamp": timestamp,
-                        }
+                        record[origin_field] = origin_block(topic, partition, offset, timestamp)
                     if trace_timing:
                         record["_timing"] = {"in": time.time() * 1000}
                     text = jsontext.dumps(record)

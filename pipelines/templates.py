@@ -58,13 +58,9 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     is (a job's name is its module's, so nothing in it changes), its config with the names
     the new job must own, and a smoke test."""
     from pipelines.beam import names as beam_names
-    from pipelines.jobs import names
+    from pipelines.jobs import NAME, names
 
-    if (
-        not name.isidentifier()
-        or keyword.iskeyword(name)
-        or not re.fullmatch(r"[a-z][a-z0-9_]*", name)
-    ):
+    if keyword.iskeyword(name) or not NAME.fullmatch(name):
         raise ConfigError(
             f"job name {name!r} is not allowed: use a lowercase Python identifier "
             f"(letters, digits, underscores; starting with a letter), e.g. orders_enrich"

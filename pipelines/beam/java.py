@@ -12,6 +12,7 @@ sources and run on 127.0.0.1 in process groups the caller owns.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -108,10 +109,30 @@ def ensure_prism(binary: Path = PRISM) -> Path:
     return binary
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port on 127.0.0.1 the kernel has just given out (pipelines.devtools.ports is off
+    limits here: nothing outside devtools imports it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def start_listening(
+    owner: ProcessGroups,
+    what: str,
+    command: list[str],
+    port: int,
+    log_path: Path,
+    deadline_s: float,
+    env: dict | None = None,
+) -> subprocess.Popen:
+    """Start `command` in a process group `owner` ends, its output to `log_path`, and
+    return once it listens on `port` (BeamSetupError if it exits or does not in time)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as out:
+        proc = owner.popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    _wait_listening(port, proc, what, log_path, deadline_s)
+    return proc
 
 
 def _wait_listening(
@@ -159,47 +180,42 @@ def start_java_services(
 ) -> JavaServices:
     """Start both JVMs in process groups `owner` ends; return once both listen."""
     log_dir = log_dir or local_state("logs")
-    log_dir.mkdir(parents=True, exist_ok=True)
     classpath = f"{libs}/*"
-    worker_port, expansion_port = _free_port(), _free_port()
+    worker_port, expansion_port = free_port(), free_port()
     environment = f"127.0.0.1:{worker_port}"
+    options = {"defaultEnvironmentType": "EXTERNAL", "defaultEnvironmentConfig": environment}
     worker_log = log_dir / "beam-java-worker.log"
-    options = (
-        '{"options":{"defaultEnvironmentType":"EXTERNAL","defaultEnvironmentConfig":"'
-        + environment
-        + '"}}'
+    worker = start_listening(
+        owner,
+        "Beam's Java worker",
+        [
+            "java",
+            "-cp",
+            classpath,
+            "org.apache.beam.fn.harness.ExternalWorkerService",
+            str(worker_port),
+        ],
+        worker_port,
+        worker_log,
+        deadline_s,
+        env={**os.environ, "PIPELINE_OPTIONS": json.dumps({"options": options})},
     )
-    with worker_log.open("w") as out:
-        worker = owner.popen(
-            [
-                "java",
-                "-cp",
-                classpath,
-                "org.apache.beam.fn.harness.ExternalWorkerService",
-                str(worker_port),
-            ],
-            env={**os.environ, "PIPELINE_OPTIONS": options},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    _wait_listening(worker_port, worker, "Beam's Java worker", worker_log, deadline_s)
     expansion_log = log_dir / "beam-expansion-service.log"
-    with expansion_log.open("w") as out:
-        expansion = owner.popen(
-            [
-                "java",
-                "-cp",
-                classpath,
-                "org.apache.beam.sdk.expansion.service.ExpansionService",
-                str(expansion_port),
-                "--defaultEnvironmentType=EXTERNAL",
-                f"--defaultEnvironmentConfig={environment}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    _wait_listening(
-        expansion_port, expansion, "Beam's expansion service", expansion_log, deadline_s
+    expansion = start_listening(
+        owner,
+        "Beam's expansion service",
+        [
+            "java",
+            "-cp",
+            classpath,
+            "org.apache.beam.sdk.expansion.service.ExpansionService",
+            str(expansion_port),
+            "--defaultEnvironmentType=EXTERNAL",
+            f"--defaultEnvironmentConfig={environment}",
+        ],
+        expansion_port,
+        expansion_log,
+        deadline_s,
     )
     return JavaServices(
         expansion_port,

@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -113,27 +111,16 @@ def preflight(settings: Settings, module, skip: bool) -> None:
             raise ConfigError(problem)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_prism(owner: ProcessGroups, binary: Path, deadline_s: float = 60.0) -> str:
     """Prism's job server in a process group `owner` ends; returns its endpoint."""
-    from pipelines.beam.java import BeamSetupError, _wait_listening
+    from pipelines.beam.java import BeamSetupError, free_port, start_listening
 
-    port = _free_port()
-    log_path = local_state("logs", "beam-prism.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as out:
-        proc = owner.popen(
-            [str(binary), f"-job_port={port}", "-serve_http=false", "-log_level=warn"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    port = free_port()
+    command = [str(binary), f"-job_port={port}", "-serve_http=false", "-log_level=warn"]
     try:
-        _wait_listening(port, proc, "Prism", log_path, deadline_s)
+        start_listening(
+            owner, "Prism", command, port, local_state("logs", "beam-prism.log"), deadline_s
+        )
     except BeamSetupError as exc:
         raise Failure(str(exc)) from None
     return f"127.0.0.1:{port}"
@@ -172,26 +159,28 @@ class OutputCounter:
         conf = client_config(settings.kafka.bootstrap_servers, librdkafka_config(settings.kafka))
         self.consumer = Consumer({**conf, "group.id": "pipelines-progress"})
         self.topics = {"out": settings.sink.topic, "dead letters": settings.sink.dead_letter_topic}
-        self.start = self._ends()
+        self.start = {label: self._end(topic) or 0 for label, topic in self.topics.items()}
+        self.last = dict.fromkeys(self.topics, 0)
 
-    def _ends(self) -> dict[str, int]:
+    def _end(self, topic: str) -> int | None:
+        """The topic's log-end offsets summed, or None when the broker did not answer."""
         from confluent_kafka import TopicPartition
 
-        totals = {}
-        for label, topic in self.topics.items():
-            try:
-                meta = self.consumer.list_topics(topic, timeout=5).topics[topic]
-                totals[label] = sum(
-                    self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
-                    for p in meta.partitions
-                )
-            except Exception:  # noqa: BLE001 - progress is a nicety
-                totals[label] = self.start.get(label, 0) if hasattr(self, "start") else 0
-        return totals
+        try:
+            meta = self.consumer.list_topics(topic, timeout=5).topics[topic]
+            return sum(
+                self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                for p in meta.partitions
+            )
+        except Exception:  # noqa: BLE001 - progress is a nicety: keep the last figure
+            return None
 
     def totals(self) -> dict[str, int]:
-        ends = self._ends()
-        return {label: ends[label] - self.start.get(label, 0) for label in ends}
+        for label, topic in self.topics.items():
+            end = self._end(topic)
+            if end is not None:
+                self.last[label] = end - self.start[label]
+        return dict(self.last)
 
     def close(self) -> None:
         self.consumer.close()

@@ -88,7 +88,7 @@ class _ParseFn(beam.DoFn):
         self.dead = Metrics.counter("parse", "deadLetters")
 
     def process(self, row):
-        from pipelines.parse import dead_letter, parse_value
+        from pipelines.parse import dead_letter, origin_block, parse_value
 
         s = self.settings
         record, reason = parse_value(row.value, s.parse.required_fields, None, s.parse.origin_field)
@@ -99,12 +99,9 @@ class _ParseFn(beam.DoFn):
             )
             return
         if s.parse.origin_field:
-            record[s.parse.origin_field] = {
-                "topic": row.topic,
-                "partition": row.partition,
-                "offset": row.offset,
-                "timestamp": row.timestamp,
-            }
+            record[s.parse.origin_field] = origin_block(
+                row.topic, row.partition, row.offset, row.timestamp
+            )
         yield record
 
 
@@ -131,11 +128,10 @@ class _EnrichBatchFn(beam.DoFn):
         self.batch_size = settings.enrichment.effective_batch_size()
 
     def setup(self):
-        from pipelines.enrichment import EnrichStats, _enricher, stage_client
+        from pipelines.enrichment import EnrichStats, enricher_for
 
         self.loop = asyncio.new_event_loop()
-        client = stage_client(self.client_factory(self.settings), self.settings.enrichment)
-        self.enricher = _enricher(self.settings, client)
+        self.enricher = enricher_for(self.settings, self.client_factory)
         self.reported = dict.fromkeys(EnrichStats.NAMES, 0)
         self.counters = {n: Metrics.counter("enrich", n) for n in EnrichStats.NAMES}
 
