@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
-        enrichment-up enrichment-down demo run beam-setup beam-run test test-unit test-integration bench bench-quick \
+        enrichment-up enrichment-down demo run beam-setup beam-run images test test-unit test-integration bench bench-quick \
         bench-operators lint format clean
 
 help: ## list the targets
@@ -63,13 +63,16 @@ beam-setup: venv ## Beam's Java side (mvn, sha256-checked) and the Prism runner 
 beam-run: venv beam-setup kafka-up enrichment-up demo ## the enrich job as a Beam pipeline on Prism, streaming (Ctrl-C stops)
 	$(CLI) beam run enrich
 
-test: venv jars beam-setup kafka-up ## set everything up and run the whole test suite
+images: venv ## build the base, Kafka and deploy images where a Docker engine answers (else say why)
+	$(CLI) docker build --deploy --if-available
+
+test: venv jars beam-setup images ## set everything up and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no broker, no cluster)
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-test-integration: venv jars beam-setup kafka-up ## integration tests only
+test-integration: venv jars beam-setup images ## integration tests only
 	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
 
 bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON, PNG in bench/results
@@ -93,4 +96,5 @@ clean: ## stop local services and remove local state (.local, jars/lib)
 	-$(CLI) cluster down
 	-$(CLI) enrichment down
 	-$(CLI) kafka down
+	-$(CLI) docker down
 	rm -rf .local jars/lib jars/build

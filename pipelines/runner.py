@@ -207,8 +207,8 @@ def job_main(build, argv: list[str] | None = None) -> None:
     """What a job module runs as __main__: works standalone and under `flink run`. The
     job's name is its module's.
 
-    Standalone (`python -m pipelines.jobs.<job>`) it starts a local mini-cluster, whose JVM
-    is owned like `pipelines run`'s; under `flink run` the gateway is the Flink client's.
+    Standalone (`python -m pipelines.jobs.<job>`, the deploy image's command) it is
+    `pipelines run <job>`; under `flink run` the gateway is the Flink client's.
     """
     from pipelines.logs import install_cli_handler
 
@@ -231,18 +231,15 @@ def job_main(build, argv: list[str] | None = None) -> None:
 
     if "PYFLINK_GATEWAY_PORT" in os.environ:  # under `flink run`: the client owns the JVM
         sys.exit(guarded(action, args.mask))
-    from pipelines.flink_compat import disconnect_gateway, gateway_in_group
 
-    owner = ProcessGroups()
-    stops = StopSignals(owner).install()
-    try:
-        with gateway_in_group(owner):
-            code = guarded(action, args.mask)
-    finally:
-        disconnect_gateway()
-        owner.end()
-        stops.restore()
-    sys.exit(code)
+    # Standalone (a container's command, `python -m`): what `pipelines run` does, so SIGINT
+    # and SIGTERM (`docker stop`, Kubernetes) cancel the job, keep its last retained
+    # checkpoint, and exit 0 with nothing left running.
+    def standalone() -> int:
+        result = run_local(job, args)
+        return 0 if result.status in ("FINISHED", "CANCELED", "STOPPED") else 1
+
+    sys.exit(guarded(standalone, args.mask))
 
 
 # ------------------------------------------------------------------ stopping

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
+import signal
 import uuid
 
 import pytest
@@ -18,6 +18,15 @@ from tests.support import (
 )
 
 become_subreaper()
+
+
+def _terminated(signum, frame):
+    """SIGTERM (a CI runner's stop, `timeout`) unwinds like Ctrl-C, so every fixture's
+    teardown ends what it started: processes, and containers, which no process group holds."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+signal.signal(signal.SIGTERM, _terminated)
 
 # Unit tests start PyFlink's gateway JVM in this process: own it like a run does.
 _SESSION_GROUPS = ProcessGroups()
@@ -40,31 +49,80 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
-def _docker_answers() -> bool:
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=5).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+class SessionBroker:
+    """The session's broker, whichever kind: tests that stop and start it use this."""
+
+    def __init__(self, kind: str, bootstrap: str, stop, start, container=None):
+        self.kind, self.bootstrap = kind, bootstrap
+        self.stop, self.start = stop, start
+        self.container = container  # the ContainerBroker when kind == "container"
+
+
+def _broker_mode() -> str:
+    mode = os.environ.get("PIPELINES_TEST_BROKER", "auto")
+    if mode not in ("auto", "container", "jar"):
+        raise pytest.UsageError(f"PIPELINES_TEST_BROKER={mode}: use auto, container or jar")
+    return mode
+
+
+# Why the container tests cannot run here (None: they can); set by the session broker.
+NO_CONTAINERS: list[str] = []
 
 
 @pytest.fixture(scope="session")
-def kafka() -> str:
-    """Bootstrap servers of a real broker: the jar-run local one, or testcontainers'
-    when PIPELINES_TEST_DOCKER=1 and a Docker engine answers."""
-    if os.environ.get("PIPELINES_TEST_DOCKER") == "1" and _docker_answers():
-        from testcontainers.kafka import KafkaContainer
+def session_broker():
+    """A real broker for the session: a Kafka container started through testcontainers from
+    the project's own image where a Docker engine answers (PIPELINES_TEST_BROKER=container
+    insists on it, =jar never tries), else the jar-run local broker."""
+    mode = _broker_mode()
+    reason = None
+    if mode != "jar":
+        from pipelines.devtools.containers import DockerError, docker_problem, ensure_kafka_image
 
-        container = KafkaContainer().with_kraft()
-        container.start()
-        yield container.get_bootstrap_server()
-        container.stop()
+        reason = docker_problem()
+        if reason is None:
+            try:
+                ensure_kafka_image()
+            except DockerError as exc:
+                reason = str(exc)
+        if reason and mode == "container":
+            pytest.exit(f"PIPELINES_TEST_BROKER=container, but {reason}", returncode=3)
+    else:
+        reason = "PIPELINES_TEST_BROKER=jar"
+    if reason is None:
+        from pipelines.devtools.containers import ContainerBroker
+        from pipelines.devtools.ports import free_ports
+
+        broker = ContainerBroker(port=free_ports())
+        broker.start()
+        try:
+            yield SessionBroker(
+                "container", broker.bootstrap, broker.stop_broker, broker.start_broker, broker
+            )
+        finally:
+            broker.remove()
         return
+    NO_CONTAINERS.append(reason)
     from pipelines.devtools.kafka_broker import Broker
 
-    broker = Broker()
-    if not broker.ready():  # reuse any broker already answering there (e.g. another checkout's)
-        broker.up()
-    yield broker.bootstrap
+    jar = Broker()
+    if not jar.ready():  # reuse any broker already answering there (e.g. another checkout's)
+        jar.up()
+    yield SessionBroker("jar", jar.bootstrap, jar.down, jar.up)
+
+
+@pytest.fixture(scope="session")
+def kafka(session_broker) -> str:
+    """Bootstrap servers of the session's real broker."""
+    return session_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def container_broker(session_broker):
+    """The session broker's container, for tests that run containers beside it."""
+    if session_broker.container is None:
+        pytest.skip(f"container tests need a Docker engine: {NO_CONTAINERS[0]}")
+    return session_broker.container
 
 
 @pytest.fixture

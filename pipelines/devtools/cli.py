@@ -53,6 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     enrichment.add_argument("--port", type=int, default=None)
     enrichment.add_argument("--latency", default="50ms", help="per lookup, e.g. 50ms")
     enrichment.add_argument("--failure-rate", type=float, default=0.0)
+
+    docker = sub.add_parser("docker", help="images built here, containers the tests started")
+    docker.add_argument("action", choices=["build", "down"])
+    docker.add_argument(
+        "--if-available",
+        action="store_true",
+        help="build: where no Docker engine answers, say why in one line and succeed",
+    )
+    docker.add_argument(
+        "--deploy", action="store_true", help="build: also the enrich job's deploy image"
+    )
     return parser
 
 
@@ -171,12 +182,39 @@ def _enrichment(args) -> int:
     return 0
 
 
+def _docker(args) -> int:
+    from pipelines.devtools import containers
+
+    if args.action == "down":
+        for what in containers.remove_owned():
+            print(f"docker   removed {what}")
+        return 0
+    problem = containers.docker_problem()
+    if problem:
+        if args.if_available:
+            print(f"docker   images not built: {problem} (container tests will be skipped)")
+            return 0
+        raise Failure(f"docker: {problem}")
+    try:
+        print(f"docker   base  {containers.ensure_base()}")
+        print(f"docker   kafka {containers.ensure_kafka_image()}")
+        if args.deploy:
+            print(f"docker   deploy {containers.build_enrich_deploy_image()}")
+    except containers.DockerError as exc:
+        if args.if_available:  # the tests then skip the container tests, saying why
+            print(f"docker   images not built: {exc}")
+            return 0
+        raise Failure(str(exc)) from None
+    return 0
+
+
 HANDLERS = {
     "submit": _submit,
     "demo": _demo,
     "kafka": _kafka,
     "cluster": _cluster,
     "enrichment": _enrichment,
+    "docker": _docker,
 }
 
 

@@ -135,11 +135,11 @@ def make_app(behaviour: Behaviour):
     return app
 
 
-def serve(port: int, behaviour: Behaviour) -> None:
+def serve(port: int, behaviour: Behaviour, host: str = "127.0.0.1") -> None:
     from aiohttp import web
 
     web.run_app(
-        make_app(behaviour), host="127.0.0.1", port=port, print=None, access_log=None, backlog=4096
+        make_app(behaviour), host=host, port=port, print=None, access_log=None, backlog=4096
     )
 
 
@@ -258,6 +258,9 @@ class Service:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (0.0.0.0 inside a container)"
+    )
     parser.add_argument("--latency", default="50ms")
     parser.add_argument("--jitter", default="0ms")
     parser.add_argument("--failure-rate", type=float, default=0.0)
@@ -269,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
             jitter_ms=parse_duration_ms(args.jitter),
             failure_rate=args.failure_rate,
         ),
+        host=args.host,
     )
 
 

@@ -26,6 +26,18 @@ POM = PROJECT_ROOT / "jars" / "broker" / "pom.xml"
 DEFAULT_PORT = int(os.environ.get("PIPELINES_KAFKA_PORT", "9092"))
 
 
+# A one-node cluster: without these, transactions and group commits hang. Shared with the
+# container broker (devtools/containers.py), so both brokers the tests use behave alike.
+SINGLE_NODE = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+}
+
+
 class BrokerError(Exception):
     """The broker could not be set up or started; the message carries the log's last lines."""
 
@@ -86,13 +98,7 @@ class Broker:
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             f"controller.quorum.bootstrap.servers=127.0.0.1:{ctl}",
             f"log.dirs={self.data}",
-            # A one-node cluster: without these, transactions and group commits hang.
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "num.partitions=1",
-            "auto.create.topics.enable=false",
+            *(f"{key}={value}" for key, value in SINGLE_NODE.items()),
         ]
         if self.transaction_max_timeout_ms is not None:
             lines.append(f"transaction.max.timeout.ms={self.transaction_max_timeout_ms}")
@@ -164,20 +170,7 @@ class Broker:
         return pid if b"kafka.Kafka" in cmdline else None
 
     def ready(self, timeout: float = 2.0) -> bool:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "socket.timeout.ms": 1000,
-                "logger": quiet_logger(),
-            }
-        )
-        try:
-            metadata = admin.list_topics(timeout=timeout)
-        except Exception:
-            return False
-        return bool(metadata.brokers)
+        return broker_answers(self.bootstrap, timeout)
 
     def up(self, wait_s: float = 90.0) -> None:
         """Start the broker unless ours is running already; wait until metadata answers."""
@@ -296,6 +289,19 @@ class Broker:
             if path.is_file():
                 text += "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) + "\n"
         return text.rstrip() or "(no log written)"
+
+
+def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    """Whether a broker at `bootstrap` answers a metadata request within `timeout`."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": 1000, "logger": quiet_logger()}
+    )
+    try:
+        return bool(admin.list_topics(timeout=timeout).brokers)
+    except Exception:  # noqa: BLE001 - not answering (yet)
+        return False
 
 
 def _wait_port_free(port: int, wait_s: float) -> None:

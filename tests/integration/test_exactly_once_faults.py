@@ -19,7 +19,6 @@ from collections import Counter
 import pytest
 
 from pipelines.devtools.demo import demo_values
-from pipelines.devtools.kafka_broker import Broker
 from pipelines.devtools.topics import (
     committed_offsets,
     create_topics,
@@ -218,17 +217,16 @@ def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichm
     assert_exactly_once(kafka, names("out"), "savepoint p1 -> p3")
 
 
-def test_broker_restart_mid_stream(kafka, names, job, enrichment_service):
-    if kafka != Broker().bootstrap:
-        pytest.skip("needs the jar-run local broker, which this test stops and starts")
+def test_broker_restart_mid_stream(kafka, session_broker, names, job, enrichment_service):
+    """The session broker stopped and started under a running job: the jar-run broker's
+    process, or the container (`docker stop` / `docker start`, its data kept)."""
     enrichment_service.configure(latency_ms=60)
     running = RunningJob(*job, "--set", "restart.attempts=30", "--set", "restart.delay=2s")
     try:
         wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
-        broker = Broker()
-        broker.down()
+        session_broker.stop()
         time.sleep(5)
-        broker.up()
+        session_broker.start()
         assert running.wait(timeout=300) == 0, running.output
     finally:
         running.kill()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipelines.devtools.containers import DEPLOY_IMAGE, DEPLOY_ROOT, deploy_command
 from pipelines.flink_run import flink_home
 from pipelines.settings import load_settings
 from pipelines.templates import package_job
@@ -85,5 +86,25 @@ def test_mounted_config_replaces_a_packaged_file_and_is_valid(
 
 def test_dockerfile_copies_the_package_where_the_manifest_expects_it():
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
-    assert re.search(r"^COPY dist/\$\{JOB\} /opt/pipelines$", dockerfile, re.M)
-    assert "FROM flink:2.2.1" in dockerfile
+    assert re.search(rf"^COPY dist/\$\{{JOB\}} {DEPLOY_ROOT}$", dockerfile, re.M)
+    assert re.search(rf"^ENV PYTHONPATH={DEPLOY_ROOT}$", dockerfile, re.M)
+    # The default base is the official Flink image (what the operator starts); the container
+    # test passes a base built on the machine instead.
+    assert re.search(r"^ARG BASE=flink:2\.2\.1-java17$", dockerfile, re.M)
+    assert re.search(r"^FROM \$\{BASE\}$", dockerfile, re.M)
+
+
+def test_manifest_runs_the_image_and_command_the_container_test_ran(manifest):
+    """tests/integration/test_containers.py builds DEPLOY_IMAGE from deploy/Dockerfile and
+    runs deploy_command("enrich") in it: the manifest names that image, and its PythonDriver
+    arguments start the same python on the same module from the same source root."""
+    spec = manifest["FlinkDeployment"]["spec"]
+    assert spec["image"] == DEPLOY_IMAGE
+    args = spec["job"]["args"]
+    python, dash_m, module = deploy_command("enrich")
+    assert dash_m == "-m"
+    assert args[args.index("-pyclientexec") + 1] == python
+    assert args[args.index("-pyexec") + 1] == python
+    assert args[args.index("--pyModule") + 1] == module
+    assert args[args.index("--pyFiles") + 1] == DEPLOY_ROOT
+    assert spec["flinkConfiguration"]["python.executable"] == python
