@@ -40,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. list | find-hanging --broker-id 1 | abort --topic T ...",
     )
     kafka.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="transactions: the broker to ask (default: the local broker, 127.0.0.1:9092)",
+    )
+    kafka.add_argument(
         "--transaction-max-timeout-ms",
         type=int,
         help="broker transaction.max.timeout.ms (default: Kafka's 900000)",
@@ -138,7 +143,7 @@ def _kafka(args) -> int:
         elif args.action == "down":
             broker.down()
         elif args.action == "transactions":
-            return broker.transactions(args.tool_args)
+            return broker.transactions(args.tool_args, bootstrap=args.bootstrap_server)
         else:
             print(broker.status())
     except BrokerError as exc:
