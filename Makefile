@@ -94,6 +94,7 @@ format: venv ## sort imports and format the code (ruff)
 
 clean: ## stop local services and remove local state (.local, jars/lib)
 	-$(CLI) cluster down
+	-PIPELINES_FLINK_DIR=.local/flink-second $(CLI) cluster down
 	-$(CLI) enrichment down
 	-$(CLI) kafka down
 	-$(CLI) docker down

@@ -46,7 +46,15 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     )
     package.add_argument("--out", help="output directory (default: dist/<job>)")
     package.add_argument(
-        "--python", default=None, help="python on the cluster (default: this venv's python)"
+        "--python",
+        default=None,
+        help="python on the cluster, written into SUBMIT.sh as the default of $PYTHON "
+        "(default: python3 on the cluster's PATH)",
+    )
+    package.add_argument(
+        "--jobmanager",
+        default=None,
+        help="the JobManager SUBMIT.sh submits to unless given another (default: 127.0.0.1:8081)",
     )
 
     new = sub.add_parser("new", help="create a job from an existing one: module, config, test")
@@ -114,25 +122,27 @@ def _run(args) -> int:
 def _package(args) -> int:
     from pipelines.flink_run import flink_binary
     from pipelines.paths import PROJECT_ROOT
-    from pipelines.templates import package_job
+    from pipelines.templates import DEFAULT_JOBMANAGER, package_job
 
     args.skip_preflight = True
     loaded = prepare(args.job, args)
     out = Path(args.out) if args.out else PROJECT_ROOT / "dist" / args.job
     package = package_job(
-        loaded, out.resolve(), python=args.python or sys.executable, flink=flink_binary()
+        loaded,
+        out.resolve(),
+        python=args.python,
+        flink=flink_binary(),
+        jobmanager=args.jobmanager or DEFAULT_JOBMANAGER,
     )
     print(f"packaged {args.job} into {package.root}")
     print(f"  sources  {package.root / 'pipelines'}")
-    print(
-        f"  config   {package.root / 'conf' / 'base' / (args.job + '.yaml')} (secrets as ${{env:...}})"
-    )
+    print(f"  config   {package.root / 'conf' / 'base' / (args.job + '.yaml')}")
     for jar in package.jars:
         print(f"  jar      {jar}")
-    print("submit with (from any directory):")
-    print(f"  {package.root / 'SUBMIT.sh'}")
-    print("which runs:")
-    print("  PYTHONPATH=" + str(package.root) + " " + " ".join(package.command))
+    for need in package.requirements:
+        print(f"  needs    {need.kind} {need.name} ({need.key})")
+    print("submit with (from any directory; README.md there lists what it needs):")
+    print(f"  {package.root / 'SUBMIT.sh'} [--jobmanager HOST:PORT] [--flink PATH] [job arguments]")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 `new` writes three files (job module, base config, smoke test) or none: every check runs
 before the first write. `package` builds a directory a cluster can run without this
-working tree: the Python sources, the effective config with secrets replaced by
-environment-variable references, the jars, and the exact `flink run` command.
+working tree: the Python sources, the effective config with each secret as the reference it
+was loaded from, the jars, and SUBMIT.sh (`flink run` to any JobManager).
 """
 
 from __future__ import annotations
@@ -220,28 +220,50 @@ def test_{name}_counts_every_window(kafka, names):
 # ------------------------------------------------------------------ packaging
 
 
-def _secrets_as_references(tree: dict, loaded: Loaded, prefix: str = "") -> dict:
+@dataclass(frozen=True)
+class Requirement:
+    """What a packaged config needs where SUBMIT.sh runs: an environment variable or a file
+    (as its secret reference was written), and the setting it feeds."""
+
+    kind: str  # "env" or "file"
+    name: str
+    key: str
+
+
+def _reference_for(dotted: str, source: str) -> Requirement:
+    """The reference a secret came from, as written (`${file:...}` stays a file); a secret
+    written in clear becomes an environment variable named after its key, never a value."""
+    match = re.search(r"-> (env|file) (.+)$", source)
+    if match:
+        return Requirement(match.group(1), match.group(2), dotted)
+    match = re.search(r"^env (\w+)$", source)  # the environment layer: PIPELINES__...
+    name = match.group(1) if match else "PIPELINES__" + dotted.upper().replace(".", "__")
+    return Requirement("env", name, dotted)
+
+
+def _secrets_as_references(
+    tree: dict, loaded: Loaded, needs: list[Requirement], prefix: str = ""
+) -> dict:
     out = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
-            out[key] = _secrets_as_references(value, loaded, dotted + ".")
+            out[key] = _secrets_as_references(value, loaded, needs, dotted + ".")
         elif value is not None and is_secret_key(dotted):
-            source = loaded.sources.get(dotted, "")
-            match = re.search(r"env (\w+)$", source)
-            var = match.group(1) if match else "PIPELINES__" + dotted.upper().replace(".", "__")
-            out[key] = f"${{env:{var}}}"
+            need = _reference_for(dotted, loaded.sources.get(dotted, ""))
+            needs.append(need)
+            out[key] = f"${{{need.kind}:{need.name}}}"
         else:
             out[key] = value
     return out
 
 
-def effective_config(loaded: Loaded) -> dict:
-    """The settings as one YAML tree, secrets replaced by ${env:NAME} references."""
+def effective_config(loaded: Loaded, needs: list[Requirement] | None = None) -> dict:
+    """The settings as one YAML tree, each secret as the reference it was loaded from."""
     dumped = loaded.settings.model_dump(mode="json", exclude={"job": {"from_checkpoint"}})
     props = loaded.settings.kafka.properties
     dumped["kafka"]["properties"] = {k: v for k, v in props.items()}
-    return _secrets_as_references(dumped, loaded)
+    return _secrets_as_references(dumped, loaded, [] if needs is None else needs)
 
 
 def _cluster_sources(job: str, src_pipelines: Path):
@@ -268,6 +290,7 @@ class Package:
     job: str
     jars: list[Path]
     command: list[str]
+    requirements: list["Requirement"]
 
 
 PACKAGE_MARKER = ".pipelines-package"
@@ -286,15 +309,24 @@ def _clear_earlier_package(out_dir: Path) -> None:
         shutil.rmtree(out_dir)
 
 
+DEFAULT_JOBMANAGER = "127.0.0.1:8081"
+
+
 def package_job(
     loaded: Loaded,
     out_dir: Path,
-    python: str,
+    python: str | None,
     flink: str,
-    rest_url: str = "http://127.0.0.1:8081",
+    jobmanager: str = DEFAULT_JOBMANAGER,
     src_root: Path = PROJECT_ROOT,
 ) -> Package:
-    """Build `out_dir` (replaced whole) with everything a cluster needs for the job."""
+    """Build `out_dir` (replaced whole) with everything a cluster needs for the job.
+
+    SUBMIT.sh holds no path of this machine: the JobManager, the `flink` binary and the
+    cluster's python come from its arguments or environment, defaults written in.
+    `python` None: `python3` on the cluster's PATH. `Package.command` is the same
+    submission with this machine's paths, for `pipelines submit`.
+    """
     from pipelines import jars as jar_module
     from pipelines.flink_run import submit_command
 
@@ -306,11 +338,13 @@ def package_job(
         out_dir / "pipelines",
         ignore=_cluster_sources(job, src_root / "pipelines"),
     )
+    needs: list[Requirement] = []
+    config = effective_config(loaded, needs)
     (out_dir / "conf" / "base").mkdir(parents=True)
     (out_dir / "conf" / "base" / f"{job}.yaml").write_text(
-        f"# Effective config of {job}, written by `pipelines package`. Secrets are ${{env:...}}\n"
-        f"# references: set those variables where the job is submitted.\n"
-        + yaml.safe_dump(effective_config(loaded), sort_keys=False)
+        f"# Effective config of {job}, written by `pipelines package`. Secrets are the\n"
+        f"# references they were loaded from: README.md (REQUIREMENTS) lists what they need.\n"
+        + yaml.safe_dump(config, sort_keys=False)
     )
     (out_dir / "jars").mkdir()
     shutil.copy(jar_module.MANIFEST, out_dir / "jars" / "manifest.txt")
@@ -321,25 +355,110 @@ def package_job(
     for jar in jar_paths:  # copied after src/, so the built jar is the newer one
         shutil.copy(jar, out_dir / "jars" / "lib" / jar.name)
         packaged.append(out_dir / "jars" / "lib" / jar.name)
+    cluster_python = python or "python3"
     command = submit_command(
         f"pipelines.jobs.{job}",
         [],
         packaged,
-        rest_url,
+        f"http://{jobmanager}",
         py_files=[out_dir],
-        python=python,
+        python=cluster_python,
         flink=flink,
     )
     (out_dir / "jars.txt").write_text("\n".join(p.name for p in packaged) + "\n")
-    (out_dir / "SUBMIT.sh").write_text(
-        "#!/usr/bin/env bash\n# Submit this package; extra arguments go to the job "
-        "(e.g. --skip-preflight, --set key=value).\n"
-        f'cd "$(dirname "$0")"\n# The client must import this package, not another copy of `pipelines`.\n'
-        f'export PYTHONPATH="$PWD${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-        f'exec {shlex.join(command)} "$@"\n'
+    script = out_dir / "SUBMIT.sh"
+    script.write_text(
+        submit_script(job, [p.name for p in packaged], cluster_python, jobmanager, needs)
     )
-    (out_dir / "SUBMIT.sh").chmod(0o755)
+    script.chmod(0o755)
+    (out_dir / "README.md").write_text(package_readme(job, cluster_python, jobmanager, needs))
     (out_dir / PACKAGE_MARKER).write_text(
         "written by `pipelines package`; the next package into this directory replaces it\n"
     )
-    return Package(out_dir, job, packaged, command)
+    return Package(out_dir, job, packaged, command, needs)
+
+
+def _requirement_lines(needs: list[Requirement]) -> list[str]:
+    lines = []
+    for need in needs:
+        if need.kind == "env":
+            lines.append(f"environment variable {need.name}: {need.key}")
+        else:
+            lines.append(f"file {need.name}: {need.key} (read where SUBMIT.sh runs)")
+    return lines
+
+
+def submit_script(
+    job: str, jars: list[str], python: str, jobmanager: str, needs: list[Requirement]
+) -> str:
+    """SUBMIT.sh: `flink run` of this package, from any directory, to any JobManager."""
+    q = shlex.quote
+    header = [
+        "#!/usr/bin/env bash",
+        f"# Submit the {job} job in this package to a Flink cluster with `flink run`.",
+        "#",
+        "# REQUIREMENTS (README.md has the same list):",
+        *(f"#   {line}" for line in _requirement_lines(needs)),
+        "#   a Flink 2.2 client: --flink PATH, or $FLINK_HOME/bin/flink, or `flink` on PATH",
+        f"#   the JobManager: --jobmanager HOST:PORT, or $JOBMANAGER (default {jobmanager})",
+        "#   Python 3.11 with apache-flink 2.2.1 on the client and every TaskManager:",
+        f"#     --python PATH, or $PYTHON (default {python})",
+        "# Other arguments go to the job (e.g. --skip-preflight, --set key=value).",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        f'jobmanager="${{JOBMANAGER:-{jobmanager}}}"',
+        'flink="${FLINK_HOME:+$FLINK_HOME/bin/flink}"',
+        'flink="${flink:-flink}"',
+        f'python="${{PYTHON:-{python}}}"',
+        "while [ $# -gt 0 ]; do",
+        '  case "$1" in',
+        '    --jobmanager) jobmanager="$2"; shift 2 ;;',
+        '    --flink) flink="$2"; shift 2 ;;',
+        '    --python) python="$2"; shift 2 ;;',
+        "    *) break ;;",
+        "  esac",
+        "done",
+        "missing=0",
+    ]
+    for need in needs:
+        if need.kind == "env":
+            header.append(
+                f'[ -n "${{{need.name}:-}}" ] || {{ echo "SUBMIT.sh: set {need.name} '
+                f'({need.key})" >&2; missing=1; }}'
+            )
+        else:
+            header.append(
+                f"[ -r {q(need.name)} ] || {{ echo {q(f'SUBMIT.sh: no readable file {need.name} ({need.key})')} >&2; missing=1; }}"
+            )
+    header += [
+        '[ "$missing" = 0 ] || exit 2',
+        "# The client must import this package, not another copy of `pipelines`.",
+        'export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"',
+        'exec "$flink" run -m "$jobmanager" '
+        + (f"--jarfile {q('jars/lib/' + jars[0])} " if jars else "")
+        + '-pyexec "$python" -pyclientexec "$python" '
+        + f'--pyModule {q("pipelines.jobs." + job)} --pyFiles "$PWD" "$@"',
+    ]
+    return "\n".join(header) + "\n"
+
+
+def package_readme(job: str, python: str, jobmanager: str, needs: list[Requirement]) -> str:
+    lines = [
+        f"# {job}, packaged by `pipelines package`",
+        "",
+        "Submit from any directory:",
+        "",
+        "    ./SUBMIT.sh [--jobmanager HOST:PORT] [--flink PATH] [--python PATH] [job arguments]",
+        "",
+        "## REQUIREMENTS",
+        "",
+        *(f"- {line}" for line in _requirement_lines(needs)),
+        "- a Flink 2.2 client: `--flink PATH`, or `$FLINK_HOME/bin/flink`, or `flink` on PATH",
+        f"- the JobManager's address: `--jobmanager HOST:PORT` or `$JOBMANAGER` (default {jobmanager})",
+        "- Python 3.11 with `apache-flink==2.2.1` and the project's dependencies on the client and",
+        f"  on every TaskManager: `--python PATH` or `$PYTHON` (default `{python}`)",
+        "",
+        f"`conf/base/{job}.yaml` is the effective config; each secret is the reference it was",
+        "loaded from (`${env:NAME}` or `${file:PATH}`), resolved where SUBMIT.sh runs.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ package (`pipelines package`) ships without them.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from pipelines import cli
@@ -20,9 +21,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.build_parser(__doc__)
     sub = cli.subcommands(parser)
     submit = cli.job_parser(
-        sub, "submit", "submit a job with `flink run` to the local standalone cluster"
+        sub, "submit", "package a job and submit it with `flink run` (default: the local cluster)"
     )
     submit.add_argument("--detached", action="store_true", help="return once submitted")
+    submit.add_argument(
+        "--jobmanager",
+        metavar="HOST:PORT",
+        help="the cluster's JobManager REST address (default: the local cluster's)",
+    )
+    submit.add_argument(
+        "--python",
+        help="python with this project's dependencies on the cluster's machines "
+        "(default: this venv's)",
+    )
 
     demo = cli.job_parser(sub, "demo", "create the job's topics and produce demo records")
     demo.add_argument("--records", type=int, default=1000)
@@ -77,23 +88,25 @@ def _submit(args) -> int:
     cluster elsewhere would get, not this working tree."""
     import subprocess
 
-    from pipelines.devtools.flink_cluster import Cluster
+    from pipelines.devtools.flink_cluster import Cluster, rest_overview
     from pipelines.flink_run import flink_binary
     from pipelines.paths import local_state
     from pipelines.templates import package_job
 
     loaded = prepare(args.job, args)
-    cluster = Cluster()
-    if not cluster.overview():
-        raise Failure(
-            f"no Flink cluster answers at {cluster.url}: start one with `make cluster-up`"
-        )
+    local = Cluster()
+    jobmanager = args.jobmanager or local.url.removeprefix("http://")
+    if not re.fullmatch(r"[\w.-]+:\d{1,5}", jobmanager):
+        raise Failure(f"--jobmanager {jobmanager}: expected HOST:PORT, e.g. flink-jm:8081")
+    if not rest_overview(f"http://{jobmanager}"):
+        hint = "start one with `make cluster-up`" if not args.jobmanager else "is it running?"
+        raise Failure(f"no Flink JobManager answers at http://{jobmanager}: {hint}")
     package = package_job(
         loaded,
         local_state("packages", args.job),
-        python=sys.executable,
+        python=args.python or sys.executable,
         flink=flink_binary(),
-        rest_url=cluster.url,
+        jobmanager=jobmanager,
     )
     extra = ["--skip-preflight"]
     if args.from_checkpoint:
@@ -101,7 +114,10 @@ def _submit(args) -> int:
     command = package.command[:]
     if args.detached:
         command.insert(command.index("run") + 1, "--detached")
-    env = {**cluster.environ(), "PYTHONPATH": str(package.root)}
+    env = {**local.environ(), "PYTHONPATH": str(package.root)}
+    if not local.conf_dir.is_dir():  # never started here: the client takes the wheel's own
+        for key in ("FLINK_CONF_DIR", "FLINK_LOG_DIR", "FLINK_LIB_DIR"):
+            env.pop(key)
     # `flink run` is a JVM that starts a Python client: both in a group we end on any exit.
     owner = ProcessGroups()
     try:

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 STATE_DIR = Path(os.environ.get("PIPELINES_FLINK_DIR", local_state("flink")))
 DEFAULT_REST_PORT = int(os.environ.get("PIPELINES_FLINK_REST_PORT", "8081"))
+DEFAULT_RPC_PORT = int(os.environ.get("PIPELINES_FLINK_RPC_PORT", "6123"))
 
 
 class ClusterError(Exception):
@@ -41,10 +42,20 @@ def _set(tree: dict, dotted: str, value) -> None:
     tree[leaf] = value
 
 
+def rest_overview(url: str, timeout: float = 2.0) -> dict | None:
+    """A JobManager's /overview (TaskManagers, slots, jobs); None when none answers."""
+    try:
+        with urllib.request.urlopen(f"{url}/overview", timeout=timeout) as resp:
+            return json.load(resp)
+    except Exception:  # noqa: BLE001 - not up (yet), or not a JobManager
+        return None
+
+
 @dataclass(frozen=True)
 class Cluster:
     state_dir: Path = STATE_DIR
     rest_port: int = DEFAULT_REST_PORT
+    rpc_port: int = DEFAULT_RPC_PORT  # a second cluster on this machine needs another
     slots: int = int(os.environ.get("PIPELINES_FLINK_SLOTS", "2"))
 
     @property
@@ -96,6 +107,7 @@ class Cluster:
             "rest.address": "127.0.0.1",
             "rest.bind-address": "127.0.0.1",
             "jobmanager.rpc.address": "localhost",
+            "jobmanager.rpc.port": self.rpc_port,
             "jobmanager.memory.process.size": "1200m",
             "taskmanager.numberOfTaskSlots": self.slots,
             "taskmanager.memory.process.size": "2560m",
@@ -106,11 +118,7 @@ class Cluster:
         path.write_text(yaml.safe_dump(tree, sort_keys=False))
 
     def overview(self, timeout: float = 2.0) -> dict | None:
-        try:
-            with urllib.request.urlopen(f"{self.url}/overview", timeout=timeout) as resp:
-                return json.load(resp)
-        except Exception:  # noqa: BLE001 - not up (yet)
-            return None
+        return rest_overview(self.url, timeout)
 
     def up(self, wait_s: float = 90.0) -> None:
         info = self.overview()

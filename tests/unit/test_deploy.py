@@ -108,3 +108,18 @@ def test_manifest_runs_the_image_and_command_the_container_test_ran(manifest):
     assert args[args.index("--pyModule") + 1] == module
     assert args[args.index("--pyFiles") + 1] == DEPLOY_ROOT
     assert spec["flinkConfiguration"]["python.executable"] == python
+
+
+def test_s3_checkpoints_have_the_s3_filesystem_plugin_enabled(manifest):
+    """The manifest checkpoints to s3://, so it needs Flink's S3 filesystem plugin: enabled
+    with ENABLE_BUILT_IN_PLUGINS, which the official image's entry point (the Dockerfile's
+    default base) copies from /opt/flink/opt into plugins/. The jar is Flink's own S3 plugin
+    at the wheel's Flink version."""
+    spec = manifest["FlinkDeployment"]["spec"]
+    conf = spec["flinkConfiguration"]
+    assert conf["execution.checkpointing.dir"].startswith("s3://")
+    assert conf["execution.checkpointing.savepoint-dir"].startswith("s3://")
+    env = {e["name"]: e.get("value") for e in spec["podTemplate"]["spec"]["containers"][0]["env"]}
+    (python_jar,) = (flink_home() / "opt").glob("flink-python-*.jar")
+    version = python_jar.name.removeprefix("flink-python-").removesuffix(".jar")
+    assert f"flink-s3-fs-hadoop-{version}.jar" in env["ENABLE_BUILT_IN_PLUGINS"].split(";")

@@ -1,0 +1,134 @@
+"""A cluster that is not the local one: a second standalone cluster on other ports, started
+from another working directory, submitted to by address only (`pipelines submit
+--jobmanager`, and a package's SUBMIT.sh with JOBMANAGER and FLINK_HOME)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.ports import free_ports
+from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines.flink_run import flink_home
+from pipelines.paths import local_state
+from tests.support import CLI, Started, job_env, run_cli, topic_args
+
+pytestmark = pytest.mark.cluster
+
+# Under .local so that `make clean` stops it too if a run is killed before its teardown.
+STATE = local_state("flink-second")
+
+
+@pytest.fixture(scope="module")
+def second_cluster(tmp_path_factory, kafka):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    rest, rpc = free_ports(), free_ports()
+    env = job_env(
+        {
+            "PIPELINES_FLINK_DIR": str(STATE),
+            "PIPELINES_FLINK_REST_PORT": str(rest),
+            "PIPELINES_FLINK_RPC_PORT": str(rpc),
+        }
+    )
+
+    def cli(action):
+        return subprocess.run(
+            [*CLI, "cluster", action], cwd=elsewhere, env=env, capture_output=True, text=True
+        )
+
+    up = cli("up")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield f"127.0.0.1:{rest}"
+    finally:
+        down = cli("down")
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def _jobs_at(jobmanager: str) -> dict[str, dict]:
+    with urllib.request.urlopen(f"http://{jobmanager}/jobs/overview", timeout=10) as resp:
+        return {j["jid"]: j for j in json.load(resp)["jobs"]}
+
+
+def _enrich_args(kafka, names, service):
+    return [
+        "enrich",
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        f"enrichment.url={service.url}",
+        "--set",
+        "source.bounded=true",
+    ]
+
+
+def _assert_enriched_exactly(kafka, names, total, bad_every):
+    out = [json.loads(v) for v in read_all(kafka, names("out"))]
+    dlq = read_all(kafka, names("dlq"))
+    print(f"input {total}, output {len(out)}, dead letters {len(dlq)}")
+    assert sorted(r["id"] for r in out) == [
+        i for i in range(total) if i % bad_every != bad_every - 1
+    ]
+    assert len(dlq) == total // bad_every
+
+
+def test_submit_by_jobmanager_address(kafka, names, enrichment_service, second_cluster):
+    total, bad_every = 300, 30
+    create_topics(kafka, {names("in"): 2, names("out"): 2, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(total, bad_every=bad_every))
+    proc = run_cli(
+        "submit",
+        *_enrich_args(kafka, names, enrichment_service),
+        "--jobmanager",
+        second_cluster,
+    )
+    job_id = re.search(r"Job has been submitted with JobID (\w+)", proc.stdout).group(1)
+    job = _jobs_at(second_cluster)[job_id]
+    assert (job["name"], job["state"]) == ("enrich", "FINISHED")
+    _assert_enriched_exactly(kafka, names, total, bad_every)
+
+
+def test_package_submitted_by_submit_sh_with_jobmanager_and_flink_home_from_environment(
+    kafka, names, enrichment_service, second_cluster, tmp_path
+):
+    total, bad_every = 300, 25
+    create_topics(kafka, {names("in"): 2, names("out"): 2, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(total, bad_every=bad_every))
+    package = tmp_path / "enrich-package"
+    run_cli("package", *_enrich_args(kafka, names, enrichment_service), "--out", str(package))
+    before = set(_jobs_at(second_cluster))
+    submit = Started(
+        [str(package / "SUBMIT.sh"), "--skip-preflight"],
+        # Only the package on the path; the cluster's python and flink from the environment.
+        env={
+            "PYTHONPATH": "",
+            "JOBMANAGER": second_cluster,
+            "FLINK_HOME": str(flink_home()),
+            "PYTHON": sys.executable,
+        },
+        cwd=tmp_path,
+    )
+    assert submit.wait(300) == 0, submit.output
+    (job_id,) = set(_jobs_at(second_cluster)) - before
+    assert f"Job has been submitted with JobID {job_id}" in submit.output
+    _assert_enriched_exactly(kafka, names, total, bad_every)
+
+
+def test_an_address_nobody_answers_at_is_one_line(kafka, names, enrichment_service):
+    port = free_ports()
+    proc = run_cli(
+        "submit",
+        *_enrich_args(kafka, names, enrichment_service),
+        "--jobmanager",
+        f"127.0.0.1:{port}",
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"error: no Flink JobManager answers at http://127.0.0.1:{port}: is it running?"
+    )

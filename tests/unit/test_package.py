@@ -1,0 +1,127 @@
+"""`pipelines package` for a cluster elsewhere: secrets stay the references they were written
+as, SUBMIT.sh takes the JobManager, `flink` and python from arguments or environment and
+holds no path of the building machine, and both list what the package needs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pipelines.paths import PROJECT_ROOT
+from pipelines.settings import load_settings
+from pipelines.templates import package_job
+
+pytestmark = pytest.mark.unit
+
+BASE = yaml.safe_load((PROJECT_ROOT / "conf" / "base" / "enrich.yaml").read_text())
+
+
+@pytest.fixture
+def secured(tmp_path, monkeypatch):
+    """The enrich job's config with its SASL password in a file and its truststore
+    password in an environment variable, packaged."""
+    password_file = tmp_path / "secrets" / "kafka-password"
+    password_file.parent.mkdir()
+    password_file.write_text("pa;ss\"word'\n")
+    monkeypatch.setenv("TRUST_PW", "trust-secret-value")
+    conf = dict(BASE)
+    conf["kafka"] = {
+        "bootstrap_servers": "kafka.example:9093",
+        "security": {
+            "protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "username": "enrich",
+            "password": f"${{file:{password_file}}}",
+            "ssl_truststore_location": "/etc/kafka/truststore.p12",
+            "ssl_truststore_password": "${env:TRUST_PW}",
+        },
+    }
+    (tmp_path / "conf" / "base").mkdir(parents=True)
+    (tmp_path / "conf" / "base" / "enrich.yaml").write_text(yaml.safe_dump(conf))
+    loaded = load_settings("enrich", conf_dir=tmp_path / "conf", environ={})
+    package = package_job(loaded, tmp_path / "pkg", python=None, flink="flink")
+    return package, password_file
+
+
+def test_secrets_stay_the_references_they_were_written_as(secured):
+    package, password_file = secured
+    config = yaml.safe_load((package.root / "conf" / "base" / "enrich.yaml").read_text())
+    assert config["kafka"]["security"]["password"] == f"${{file:{password_file}}}"
+    assert config["kafka"]["security"]["ssl_truststore_password"] == "${env:TRUST_PW}"
+    for path in package.root.rglob("*"):
+        if path.is_file() and path.suffix in ("", ".sh", ".md", ".yaml", ".txt"):
+            text = path.read_text(errors="replace")
+            assert "trust-secret-value" not in text and "pa;ss" not in text, path
+
+
+def test_requirements_are_listed_in_submit_sh_and_the_readme(secured):
+    package, password_file = secured
+    script = (package.root / "SUBMIT.sh").read_text()
+    readme = (package.root / "README.md").read_text()
+    env_line = "environment variable TRUST_PW: kafka.security.ssl_truststore_password"
+    file_line = f"file {password_file}: kafka.security.password (read where SUBMIT.sh runs)"
+    assert f"#   {env_line}\n" in script and f"#   {file_line}\n" in script
+    requirements = readme.split("## REQUIREMENTS\n", 1)[1]
+    assert f"- {env_line}\n" in requirements and f"- {file_line}\n" in requirements
+
+
+def test_submit_sh_holds_no_path_of_the_building_machine(secured):
+    package, _ = secured
+    script = (package.root / "SUBMIT.sh").read_text()
+    for path in (str(PROJECT_ROOT), sys.executable, str(package.root)):
+        assert path not in script
+
+
+def _submit(package, *args, env=None):
+    return subprocess.run(
+        [str(package.root / "SUBMIT.sh"), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], **(env or {})},
+        cwd="/",
+    )
+
+
+def test_submit_sh_refuses_to_start_without_what_it_needs(secured, tmp_path):
+    package, password_file = secured
+    password_file.unlink()
+    proc = _submit(package)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"SUBMIT.sh: no readable file {password_file} (kafka.security.password)",
+        "SUBMIT.sh: set TRUST_PW (kafka.security.ssl_truststore_password)",
+    ]
+
+
+def test_submit_sh_takes_jobmanager_flink_and_python_from_environment_or_arguments(
+    secured, tmp_path
+):
+    """A stand-in `flink` that prints its arguments: what SUBMIT.sh hands the real one (the
+    integration suite submits with the real one to a second cluster)."""
+    package, _ = secured
+    home = tmp_path / "flink-home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "flink").write_text('#!/bin/sh\necho "$PWD"; echo "$@"\n')
+    (home / "bin" / "flink").chmod(0o755)
+    env = {"TRUST_PW": "x", "FLINK_HOME": str(home), "JOBMANAGER": "jm.example:8081"}
+    proc = _submit(package, "--set", "job.parallelism=2", env=env)
+    assert proc.returncode == 0, proc.stderr
+    cwd, args = proc.stdout.splitlines()
+    jar = package.jars[0].name
+    assert cwd == str(package.root)
+    assert args == (
+        f"run -m jm.example:8081 --jarfile jars/lib/{jar} -pyexec python3 -pyclientexec "
+        f"python3 --pyModule pipelines.jobs.enrich --pyFiles {package.root} "
+        "--set job.parallelism=2"
+    )
+    proc = _submit(
+        package, "--jobmanager", "other:9081", "--python", "/opt/venv/bin/python", env=env
+    )
+    assert proc.stdout.splitlines()[1].startswith(
+        f"run -m other:9081 --jarfile jars/lib/{jar} -pyexec /opt/venv/bin/python "
+        "-pyclientexec /opt/venv/bin/python"
+    )
