@@ -79,7 +79,16 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     beam_sub.add_parser("setup", help="resolve Beam's Java side (mvn) and build Prism (go)")
 
     offsets = sub.add_parser("offsets", help="a consumer group's committed offsets and lag")
-    offsets.add_argument("--group", required=True)
+    offsets.add_argument(
+        "--job",
+        help="take the broker (with its TLS and SASL), group and topics from this job's "
+        "config (--env and --set as for `run`)",
+    )
+    offsets.add_argument("--env", help="config overlay for --job")
+    offsets.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
+    )
+    offsets.add_argument("--group", help="required without --job")
     offsets.add_argument("--topic", action="append", default=[])
     offsets.add_argument("--bootstrap", default=None, help="default: the local broker")
     offsets.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
@@ -198,8 +207,20 @@ def _offsets(args) -> int:
     from pipelines.kafka_clients import local_bootstrap
     from pipelines.offsets import OffsetWatcher
 
-    bootstrap = args.bootstrap or local_bootstrap()
-    watcher = OffsetWatcher(bootstrap, args.group, args.topic)
+    broker, group, topics = args.bootstrap or local_bootstrap(), args.group, args.topic
+    if args.job:
+        from pipelines.settings.kafka_clients import librdkafka_config
+
+        args.conf_dir = None
+        settings = load(args.job, args).settings
+        broker = librdkafka_config(settings.kafka)  # TLS and SASL as the job connects
+        if args.bootstrap:
+            broker["bootstrap.servers"] = args.bootstrap
+        group = group or settings.source.group_id
+        topics = topics or settings.source.topics
+    if not group:
+        raise Failure("offsets: give --group, or --job for a job whose config names one")
+    watcher = OffsetWatcher(broker, group, topics)
     while True:
         rows = watcher.poll()
         if args.json:

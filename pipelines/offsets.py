@@ -30,11 +30,14 @@ class PartitionRow:
 
 
 class OffsetWatcher:
-    def __init__(self, bootstrap: str, group: str, topics: list[str] | None = None):
-        self.bootstrap = bootstrap
+    def __init__(self, broker: str | dict, group: str, topics: list[str] | None = None):
+        """`broker`: a bootstrap string, or a librdkafka config (TLS, SASL) holding one."""
+        self.conf = {"bootstrap.servers": broker} if isinstance(broker, str) else dict(broker)
+        self.bootstrap = self.conf["bootstrap.servers"]
         self.group = group
         self.topics = list(topics or [])
-        self.admin = admin_client(bootstrap)
+        extra = {k: v for k, v in self.conf.items() if k != "bootstrap.servers"}
+        self.admin = admin_client(self.bootstrap, extra)
         self._seen: dict[tuple[str, int], tuple[int | None, float | None]] = {}
 
     def _committed(self) -> dict[tuple[str, int], int]:
@@ -51,11 +54,7 @@ class OffsetWatcher:
         from confluent_kafka import Consumer
 
         consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"{self.group}-probe",
-                "enable.auto.commit": False,
-            }
+            {**self.conf, "group.id": f"{self.group}-probe", "enable.auto.commit": False}
         )
         try:
             return {

@@ -98,9 +98,14 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     from pipelines.kafka_clients import BrokerUnreachable, admin_client
 
     try:
-        admin = admin_client(s.kafka.bootstrap_servers, librdkafka_config(s.kafka), timeout_s)
+        admin = admin_client(
+            s.kafka.bootstrap_servers,
+            librdkafka_config(s.kafka),
+            timeout_s,
+            trusted=s.kafka.security.ssl_truststore_location,
+        )
     except BrokerUnreachable as exc:
-        return [Problem("error", "kafka.bootstrap_servers", str(exc))]
+        return [Problem("error", exc.key, str(exc))]
     metadata = admin.list_topics(timeout=timeout_s)
     out: list[Problem] = []
     partitions = {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}

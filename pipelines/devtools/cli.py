@@ -43,22 +43,42 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--partitions", type=int, default=3)
 
     kafka = sub.add_parser("kafka", help="the local jar-run Kafka broker")
-    kafka.add_argument("action", choices=["up", "down", "status", "transactions"])
-    kafka.add_argument(
-        "tool_args",
-        nargs=argparse.REMAINDER,
-        help="transactions: arguments for Kafka's kafka-transactions tool, "
-        "e.g. list | find-hanging --broker-id 1 | abort --topic T ...",
+    kafka_actions = kafka.add_subparsers(dest="action", required=True)
+    up = kafka_actions.add_parser("up", help="start it (once; a running broker is reused)")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="also a TLS listener (port+2) and a SASL_SSL SCRAM-SHA-512 one (port+3); the "
+        "CA, certificates, truststores and user are made at start",
     )
-    kafka.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT",
-        help="transactions: the broker to ask (default: the local broker, 127.0.0.1:9092)",
-    )
-    kafka.add_argument(
+    up.add_argument(
         "--transaction-max-timeout-ms",
         type=int,
         help="broker transaction.max.timeout.ms (default: Kafka's 900000)",
+    )
+    kafka_actions.add_parser("down", help="stop it")
+    kafka_actions.add_parser("status", help="is it running, and where")
+    transactions = kafka_actions.add_parser(
+        "transactions", help="Kafka's own kafka-transactions tool (list, find-hanging, abort)"
+    )
+    transactions.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="a plaintext broker to ask (default: the local broker, or --job's)",
+    )
+    transactions.add_argument(
+        "--job",
+        help="connect as this job does: its kafka settings (bootstrap, TLS, SASL), with "
+        "--env and --set as for `run`",
+    )
+    transactions.add_argument("--env", help="config overlay for --job: conf/<env>/<job>.yaml")
+    transactions.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
+    )
+    transactions.add_argument(
+        "tool_args",
+        nargs=argparse.REMAINDER,
+        help="e.g. list | find-hanging --broker-id 1 | abort --topic T ...",
     )
 
     cluster = sub.add_parser("cluster", help="the local standalone Flink cluster")
@@ -152,14 +172,25 @@ def _demo(args) -> int:
 def _kafka(args) -> int:
     from pipelines.devtools.kafka_broker import Broker, BrokerError
 
-    broker = Broker(transaction_max_timeout_ms=args.transaction_max_timeout_ms)
+    broker = Broker(
+        transaction_max_timeout_ms=getattr(args, "transaction_max_timeout_ms", None),
+        secure=getattr(args, "secure", False),
+    )
     try:
         if args.action == "up":
             broker.up()
         elif args.action == "down":
             broker.down()
         elif args.action == "transactions":
-            return broker.transactions(args.tool_args, bootstrap=args.bootstrap_server)
+            bootstrap, properties = args.bootstrap_server, None
+            if args.job:
+                from pipelines.settings.kafka_clients import java_client_properties
+
+                args.conf_dir = None
+                kafka = load(args.job, args).settings.kafka
+                bootstrap = bootstrap or kafka.bootstrap_servers
+                properties = java_client_properties(kafka)
+            return broker.transactions(args.tool_args, bootstrap=bootstrap, properties=properties)
         else:
             print(broker.status())
     except BrokerError as exc:

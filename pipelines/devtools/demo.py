@@ -50,13 +50,15 @@ def job_topics(settings: Settings, partitions: int) -> dict[str, int]:
 
 
 def prepare_demo(settings: Settings, records: int, bad_every: int, partitions: int) -> None:
-    bootstrap = settings.kafka.bootstrap_servers
+    from pipelines.settings.kafka_clients import librdkafka_config
+
+    broker = librdkafka_config(settings.kafka)  # TLS and SASL as the job connects
     topics = job_topics(settings, partitions)
-    create_topics(bootstrap, topics)
+    create_topics(broker, topics)
     log.info(f"demo     topics ready: {', '.join(f'{t} ({n}p)' for t, n in topics.items())}")
     if not settings.source.topics:
         return
-    sent = produce(bootstrap, settings.source.topics[0], demo_values(records, bad_every))
+    sent = produce(broker, settings.source.topics[0], demo_values(records, bad_every))
     log.info(
         f"demo     produced {sent} records to {settings.source.topics[0]} "
         f"({sent // bad_every if bad_every else 0} malformed)"

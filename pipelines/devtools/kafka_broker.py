@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -38,6 +39,9 @@ SINGLE_NODE = {
 }
 
 
+SCRAM_USER = "pipelines"  # the user `kafka up --secure` creates
+
+
 class BrokerError(Exception):
     """The broker could not be set up or started; the message carries the log's last lines."""
 
@@ -48,6 +52,8 @@ class Broker:
     port: int = DEFAULT_PORT
     transaction_max_timeout_ms: int | None = None  # None: Kafka's default (900000)
     controller_port: int | None = None  # None: port + 1
+    # A TLS listener on port + 2 and a SASL_SSL (SCRAM) one on port + 3, beside plaintext.
+    secure: bool = False
 
     @property
     def ctl_port(self) -> int:
@@ -57,6 +63,29 @@ class Broker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port + 2}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port + 3}"
+
+    @property
+    def tls(self):
+        from pipelines.devtools.kafka_tls import TlsFiles
+
+        return TlsFiles(self.state_dir / "tls")
+
+    def user_password_file(self, user: str = SCRAM_USER) -> Path:
+        return self.tls.dir / f"{user}.password"
+
+    def ports(self) -> list[tuple[int, str]]:
+        named = [(self.port, "client"), (self.ctl_port, "controller")]
+        if self.secure:
+            named += [(self.port + 2, "TLS"), (self.port + 3, "SASL_SSL")]
+        return named
 
     @property
     def libs(self) -> Path:
@@ -89,19 +118,36 @@ class Broker:
     def _write_config(self) -> Path:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         ctl = self.ctl_port
+        listeners = [f"PLAINTEXT://127.0.0.1:{self.port}"]
+        if self.secure:
+            listeners += [f"SSL://{self.ssl_bootstrap}", f"SASL_SSL://{self.sasl_ssl_bootstrap}"]
         lines = [
             "process.roles=broker,controller",
             "node.id=1",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{ctl}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{ctl}",
+            f"advertised.listeners={','.join(listeners)}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            "SSL:SSL,SASL_SSL:SASL_SSL",
             f"controller.quorum.bootstrap.servers=127.0.0.1:{ctl}",
             f"log.dirs={self.data}",
             *(f"{key}={value}" for key, value in SINGLE_NODE.items()),
         ]
         if self.transaction_max_timeout_ms is not None:
             lines.append(f"transaction.max.timeout.ms={self.transaction_max_timeout_ms}")
+        if self.secure:
+            tls = self.tls
+            scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            lines += [
+                f"ssl.keystore.location={tls.broker_keystore}",
+                "ssl.keystore.type=PKCS12",
+                f"ssl.keystore.password={tls.store_password()}",
+                f"ssl.key.password={tls.store_password()}",
+                "ssl.client.auth=none",
+                "sasl.enabled.mechanisms=SCRAM-SHA-512",
+                f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram}",
+            ]
         props = self.state_dir / "server.properties"
         props.write_text("\n".join(lines) + "\n")
         log4j = self.state_dir / "log4j2.properties"
@@ -174,17 +220,32 @@ class Broker:
 
     def up(self, wait_s: float = 90.0) -> None:
         """Start the broker unless ours is running already; wait until metadata answers."""
-        if self.pid() and self.ready():
+        if self.pid() and self.ready() and (not self.secure or self.runs_secure()):
             log.info(f"kafka    running at {self.bootstrap} (pid {self.pid()})")
+            if self.secure:
+                self._ensure_default_user()
             return
+        if self.pid() and self.secure and not self.runs_secure():
+            raise BrokerError(
+                f"the broker at {self.bootstrap} runs without --secure: stop it first "
+                f"(`pipelines kafka down`)"
+            )
         if not self.pid():
-            for port, role in ((self.port, "client"), (self.ctl_port, "controller")):
+            free = "P..P+3" if self.secure else "P and P+1"
+            for port, role in self.ports():
                 if not port_free(port):
                     raise BrokerError(
                         f"the broker's {role} port {port} is taken by another process; stop it "
-                        f"or set PIPELINES_KAFKA_PORT to a port P with P and P+1 free"
+                        f"or set PIPELINES_KAFKA_PORT to a port P with {free} free"
                     )
         self.ensure_libs()
+        if self.secure:
+            from pipelines.devtools.kafka_tls import TlsError, ensure_tls
+
+            try:
+                ensure_tls(self.tls.dir)
+            except TlsError as exc:
+                raise BrokerError(f"TLS set-up in {self.tls.dir}: {exc}") from None
         props = self._write_config()
         self._format(props)
         heap = os.environ.get("PIPELINES_KAFKA_HEAP", "-Xmx768m")
@@ -220,6 +281,8 @@ class Broker:
                 log.info(
                     f"kafka    started at {self.bootstrap} (pid {proc.pid}, log {self.log_file})"
                 )
+                if self.secure:
+                    self._ensure_default_user()
                 return
             time.sleep(0.3)
         raise BrokerError(
@@ -243,6 +306,60 @@ class Broker:
         _wait_port_free(self.port, 10)
         log.info(f"kafka    stopped (pid {pid})")
 
+    def runs_secure(self) -> bool:
+        props = self.state_dir / "server.properties"
+        return props.is_file() and "SASL_SSL://" in props.read_text()
+
+    def _ensure_default_user(self) -> None:
+        from pipelines.devtools.kafka_tls import write_secret
+
+        path = self.user_password_file()
+        if not path.is_file():
+            write_secret(path, secrets.token_urlsafe(18))
+        self.add_scram_user(SCRAM_USER, path.read_text().strip())
+        log.info(self.secure_summary())
+
+    def add_scram_user(self, user: str, password: str) -> None:
+        """Create or update a SCRAM-SHA-512 user with Kafka's own kafka-configs tool.
+        (Its --add-config-file does not take SCRAM credentials, so the password is on this
+        local broker's tool's command line for the moment it runs.)"""
+        result = self._java(
+            "kafka.admin.ConfigCommand",
+            "--bootstrap-server",
+            self.bootstrap,
+            "--alter",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            user,
+            "--add-config",
+            f"SCRAM-SHA-512=[password={password}]",
+            timeout=120,
+        )
+        if result.returncode != 0:
+            lines = (result.stderr or result.stdout).strip().splitlines()
+            raise BrokerError(
+                f"kafka-configs could not create SCRAM user {user!r}: {lines[-1] if lines else ''}"
+            )
+
+    def secure_summary(self) -> str:
+        tls = self.tls
+        return "\n".join(
+            [
+                f"kafka    TLS at {self.ssl_bootstrap}, SASL_SSL (SCRAM-SHA-512) at "
+                f"{self.sasl_ssl_bootstrap}; a job's config for it:",
+                "  kafka:",
+                f"    bootstrap_servers: {self.sasl_ssl_bootstrap}",
+                "    security:",
+                "      protocol: SASL_SSL",
+                "      sasl_mechanism: SCRAM-SHA-512",
+                f"      username: {SCRAM_USER}",
+                f"      password: ${{file:{self.user_password_file()}}}",
+                f"      ssl_truststore_location: {tls.truststore_p12}   # or .jks, or {tls.ca_pem.name}",
+                f"      ssl_truststore_password: ${{file:{tls.store_password_file}}}",
+            ]
+        )
+
     def status(self) -> str:
         pid = self.pid()
         if not pid:
@@ -252,8 +369,17 @@ class Broker:
             f"(pid {pid}, log {self.log_file})"
         )
 
-    def transactions(self, args: list[str], bootstrap: str | None = None) -> int:
-        """Kafka's own `kafka-transactions` tool (list, describe, find-hanging, abort)."""
+    def transactions(
+        self,
+        args: list[str],
+        bootstrap: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> int:
+        """Kafka's own `kafka-transactions` tool (list, describe, find-hanging, abort).
+        `properties` (TLS, SASL) go in a --command-config file only this user can read,
+        removed when the tool ends."""
+        import tempfile
+
         self.ensure_libs()
         cmd = [
             "java",
@@ -263,9 +389,15 @@ class Broker:
             "org.apache.kafka.tools.TransactionsCommand",
             "--bootstrap-server",
             bootstrap or self.bootstrap,
-            *args,
         ]
-        return subprocess.run(cmd).returncode
+        with tempfile.TemporaryDirectory(prefix="pipelines-kafka-") as private:
+            if properties:
+                config = Path(private) / "client.properties"
+                config.write_text(
+                    "".join(f"{k}={_escape_property(v)}\n" for k, v in properties.items())
+                )
+                cmd += ["--command-config", str(config)]
+            return subprocess.run([*cmd, *args]).returncode
 
     def first_error(self) -> str:
         """The log's first ERROR line: the cause, which a stack trace's tail does not show."""
@@ -289,6 +421,11 @@ class Broker:
             if path.is_file():
                 text += "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) + "\n"
         return text.rstrip() or "(no log written)"
+
+
+def _escape_property(value: str) -> str:
+    """A value as java.util.Properties reads it back (backslashes, line breaks)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:

@@ -2,6 +2,9 @@
 
 Shared by the CLI (demo data), the tests and the benchmarks, so all three talk to Kafka
 the same way; the read-back is always `read_committed`, as downstream consumers would.
+
+Each function takes the broker as a bootstrap string or as a librdkafka config (what
+`librdkafka_config(settings.kafka)` returns): a secured cluster is the second.
 """
 
 from __future__ import annotations
@@ -21,12 +24,22 @@ _COORDINATOR_NOT_READY = {
 }
 
 
-def admin(bootstrap: str) -> AdminClient:
+Broker = str | dict  # "host:port", or a librdkafka config with bootstrap.servers
+
+
+def client_conf(broker: Broker, **extra) -> dict:
+    """A librdkafka config for `broker`, with `extra` on top."""
+    base = {"bootstrap.servers": broker} if isinstance(broker, str) else dict(broker)
+    return {**base, **extra}
+
+
+def admin(broker: Broker) -> AdminClient:
     """An admin client that has reached the broker (else BrokerUnreachable, one line)."""
-    return admin_client(bootstrap)
+    conf = client_conf(broker)
+    return admin_client(conf.pop("bootstrap.servers"), conf)
 
 
-def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 30.0) -> None:
+def create_topics(bootstrap: Broker, topics: dict[str, int], timeout: float = 30.0) -> None:
     """Create each topic with the given partition count; existing ones are left alone."""
     client = admin(bootstrap)
     existing = set(client.list_topics(timeout=timeout).topics)
@@ -51,7 +64,7 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 30.0)
         time.sleep(0.1)
 
 
-def delete_topics(bootstrap: str, topics: Iterable[str], timeout: float = 30.0) -> None:
+def delete_topics(bootstrap: Broker, topics: Iterable[str], timeout: float = 30.0) -> None:
     client = admin(bootstrap)
     existing = set(client.list_topics(timeout=timeout).topics)
     doomed = [t for t in topics if t in existing]
@@ -61,7 +74,7 @@ def delete_topics(bootstrap: str, topics: Iterable[str], timeout: float = 30.0) 
 
 
 def produce(
-    bootstrap: str,
+    bootstrap: Broker,
     topic: str,
     values: Iterable[bytes | str],
     partition: int | None = None,
@@ -70,9 +83,7 @@ def produce(
 ) -> int:
     """Produce values in order: to one partition when given, else round-robin over all
     partitions (a sticky partitioner would put a fast burst on one). Returns the count."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
-    )
+    producer = Producer(client_conf(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
     spread = None
     if partition is None and keys is None:
         spread = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
@@ -103,24 +114,26 @@ def produce(
 
 
 def read_all(
-    bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60.0
+    bootstrap: Broker, topic: str, isolation: str = "read_committed", timeout_s: float = 60.0
 ) -> list[bytes]:
     """Every record of a topic, from the beginning to the log end (the LSO for read_committed)."""
     return [m.value() for m in read_messages(bootstrap, topic, isolation, timeout_s)]
 
 
 def read_messages(
-    bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60.0
+    bootstrap: Broker, topic: str, isolation: str = "read_committed", timeout_s: float = 60.0
 ) -> list:
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
+        client_conf(
+            bootstrap,
+            **{
+                "group.id": f"reader-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+            },
+        )
     )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -148,15 +161,19 @@ def read_messages(
         consumer.close()
 
 
-def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> dict[int, int]:
+def end_offsets(
+    bootstrap: Broker, topic: str, isolation: str = "read_uncommitted"
+) -> dict[int, int]:
     """Per partition: the log-end offset (read_uncommitted) or last stable offset (read_committed)."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "offsets-probe",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-        }
+        client_conf(
+            bootstrap,
+            **{
+                "group.id": "offsets-probe",
+                "isolation.level": isolation,
+                "enable.auto.commit": False,
+            },
+        )
     )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -169,7 +186,7 @@ def end_offsets(bootstrap: str, topic: str, isolation: str = "read_uncommitted")
 
 
 def committed_offsets(
-    bootstrap: str, group: str, topic: str, retry_s: float = 15.0
+    bootstrap: Broker, group: str, topic: str, retry_s: float = 15.0
 ) -> dict[int, int]:
     """The group's committed offset per partition, as the broker stores it (-1001: none).
 
@@ -177,9 +194,7 @@ def committed_offsets(
     __consumer_offsets; those are retried for up to `retry_s`.
     """
     deadline = time.monotonic() + retry_s
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
+    consumer = Consumer(client_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         while True:

@@ -44,6 +44,7 @@ from pipelines.settings.schema import (
     SourceSettings,
     StartMode,
     StartPosition,
+    StoreType,
     WatermarkSettings,
     WindowSettings,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "Retention",
     "SaslMechanism",
     "SecurityProtocol",
+    "StoreType",
     "Settings",
     "SinkSettings",
     "SourceSettings",

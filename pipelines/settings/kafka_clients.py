@@ -1,45 +1,275 @@
 """The `kafka:` settings translated for each client that connects: the Java clients
 inside Flink (KafkaSource, KafkaSink) and librdkafka (confluent-kafka: preflight, offsets,
-the demo producer). They spell a few things differently; this is the one place that
-knows how. The results hold secrets in clear: hand them to clients, never print them."""
+the demo producer). They spell things differently and read different store formats; this
+is the one place that knows how. The results hold secrets in clear: hand them to clients,
+never print them.
+
+It also holds which client properties a typed setting owns: `kafka.properties` and
+`source.properties` may add properties, never silently contradict a typed setting.
+"""
 
 from __future__ import annotations
 
-from pipelines.settings.schema import KafkaConnection, SaslMechanism
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.settings.schema import (
+    KafkaConnection,
+    KafkaSecurity,
+    SaslMechanism,
+    StoreType,
+)
+from pipelines.settings.values import ConfigError
+
+if TYPE_CHECKING:
+    from pipelines.settings.schema import Settings
+
+LOGIN_MODULES = {
+    SaslMechanism.PLAIN: "org.apache.kafka.common.security.plain.PlainLoginModule",
+    SaslMechanism.SCRAM_SHA_256: "org.apache.kafka.common.security.scram.ScramLoginModule",
+    SaslMechanism.SCRAM_SHA_512: "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
 
 
-def java_client_properties(kafka: KafkaConnection) -> dict[str, str]:
-    """Properties for the Java Kafka clients (`kafka.properties` plus the typed security)."""
-    props = dict(kafka.properties)
-    sec = kafka.security
-    props["security.protocol"] = sec.protocol.value
-    if sec.sasl_mechanism and sec.username and sec.password:
-        module = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if sec.sasl_mechanism is SaslMechanism.PLAIN
-            else "org.apache.kafka.common.security.scram.ScramLoginModule"
-        )
+def jaas_quote(value: str) -> str:
+    """A JAAS option value in double quotes: Kafka's parser (a StreamTokenizer) reads
+    backslash escapes inside quotes, so `"` and `\\` are escaped; `;` and `'` need nothing."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def java_security_properties(sec: KafkaSecurity) -> dict[str, str]:
+    """What the typed security settings give the Java clients."""
+    props = {"security.protocol": sec.protocol.value}
+    if sec.sasl_mechanism is not None:
         props["sasl.mechanism"] = sec.sasl_mechanism.value
+    module = LOGIN_MODULES.get(sec.sasl_mechanism)
+    if module and sec.username and sec.password:
         props["sasl.jaas.config"] = (
-            f'{module} required username="{sec.username}" '
-            f'password="{sec.password.get_secret_value()}";'
+            f"{module} required username={jaas_quote(sec.username)} "
+            f"password={jaas_quote(sec.password.get_secret_value())};"
+        )
+    if sec.protocol.value.endswith("SSL"):
+        props["ssl.endpoint.identification.algorithm"] = (
+            "https" if sec.ssl_hostname_verification else ""
         )
     if sec.ssl_truststore_location:
         props["ssl.truststore.location"] = sec.ssl_truststore_location
-    if sec.ssl_truststore_password:
-        props["ssl.truststore.password"] = sec.ssl_truststore_password.get_secret_value()
+        props["ssl.truststore.type"] = sec.truststore_type().value
+        if sec.ssl_truststore_password and sec.truststore_type() is not StoreType.PEM:
+            props["ssl.truststore.password"] = sec.ssl_truststore_password.get_secret_value()
+    if sec.ssl_keystore_location:
+        props["ssl.keystore.location"] = sec.ssl_keystore_location
+        props["ssl.keystore.type"] = sec.keystore_type().value
+        if sec.ssl_keystore_password:
+            props["ssl.keystore.password"] = sec.ssl_keystore_password.get_secret_value()
+        if sec.ssl_key_password:
+            props["ssl.key.password"] = sec.ssl_key_password.get_secret_value()
     return props
 
 
+def java_client_properties(kafka: KafkaConnection) -> dict[str, str]:
+    """Properties for the Java Kafka clients: `kafka.properties` plus the typed security
+    (which `check_property_conflicts` has made sure they agree with)."""
+    return {**kafka.properties, **java_security_properties(kafka.security)}
+
+
 def librdkafka_config(kafka: KafkaConnection) -> dict[str, str]:
-    """The same connection for confluent-kafka (librdkafka spells a few keys differently)."""
-    conf = {"bootstrap.servers": kafka.bootstrap_servers}
+    """The same connection for confluent-kafka: PEM where Java takes JKS/PKCS12."""
     sec = kafka.security
-    conf["security.protocol"] = sec.protocol.value
-    if sec.sasl_mechanism and sec.username and sec.password:
+    conf = {"bootstrap.servers": kafka.bootstrap_servers, "security.protocol": sec.protocol.value}
+    if sec.sasl_mechanism is not None:
         conf["sasl.mechanism"] = sec.sasl_mechanism.value
+    if sec.sasl_mechanism in LOGIN_MODULES and sec.username and sec.password:
         conf["sasl.username"] = sec.username
         conf["sasl.password"] = sec.password.get_secret_value()
+    if sec.protocol.value.endswith("SSL"):
+        conf["ssl.endpoint.identification.algorithm"] = (
+            "https" if sec.ssl_hostname_verification else "none"
+        )
     if sec.ssl_truststore_location:
-        conf["ssl.ca.location"] = sec.ssl_truststore_location
+        conf["ssl.ca.location"] = str(pem_truststore(sec))
+    if sec.ssl_keystore_location:
+        kind = sec.keystore_type()
+        if kind is StoreType.PEM:  # key and certificate chain in one file
+            conf["ssl.certificate.location"] = sec.ssl_keystore_location
+            conf["ssl.key.location"] = sec.ssl_keystore_location
+            if sec.ssl_key_password:
+                conf["ssl.key.password"] = sec.ssl_key_password.get_secret_value()
+        else:
+            conf["ssl.keystore.location"] = str(pkcs12_keystore(sec))
+            if sec.ssl_keystore_password:
+                conf["ssl.keystore.password"] = sec.ssl_keystore_password.get_secret_value()
+    conf.update(kafka.librdkafka_properties)
     return conf
+
+
+# ------------------------------------------------------------------ store conversions
+
+
+def _converted_dir() -> Path:
+    from pipelines.paths import local_state
+
+    path = Path(local_state("tls-converted"))
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def _keytool(*args: str, key: str) -> str:
+    try:
+        result = subprocess.run(["keytool", *args], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{key}: reading a JKS/PKCS12 store for librdkafka needs keytool (a JDK) on PATH"
+        ) from None
+    if result.returncode != 0:
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        reason = lines[0].removeprefix("keytool error: ") if lines else str(result.returncode)
+        raise ConfigError(f"{key}: keytool cannot read it: {reason}")
+    return result.stdout
+
+
+def _stamp(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else part.encode())
+    return h.hexdigest()[:20]
+
+
+def pem_truststore(sec: KafkaSecurity) -> Path:
+    """The truststore as PEM for librdkafka: as it is, or its certificates exported with
+    keytool (cached by content, in a directory only this user can read)."""
+    key = "kafka.security.ssl_truststore_location"
+    location = Path(sec.ssl_truststore_location).expanduser()
+    if not location.is_file():
+        raise ConfigError(f"{key}: {location} does not exist")
+    if sec.truststore_type() is StoreType.PEM:
+        return location
+    password = sec.ssl_truststore_password.get_secret_value() if sec.ssl_truststore_password else ""
+    out = _converted_dir() / f"truststore-{_stamp(location.read_bytes(), password)}.pem"
+    if not out.is_file():
+        args = ["-list", "-rfc", "-keystore", str(location)]
+        args += ["-storetype", sec.truststore_type().value]
+        args += ["-storepass", password] if password else ["-storepass", ""]
+        listing = _keytool(*args, key=key)
+        blocks = _pem_blocks(listing)
+        if not blocks:
+            raise ConfigError(f"{key}: {location} holds no certificate")
+        out.write_text("".join(blocks))
+    return out
+
+
+def pkcs12_keystore(sec: KafkaSecurity) -> Path:
+    """The keystore as PKCS12 for librdkafka (which reads no JKS)."""
+    key = "kafka.security.ssl_keystore_location"
+    location = Path(sec.ssl_keystore_location).expanduser()
+    if not location.is_file():
+        raise ConfigError(f"{key}: {location} does not exist")
+    if sec.keystore_type() is StoreType.PKCS12:
+        return location
+    password = sec.ssl_keystore_password.get_secret_value() if sec.ssl_keystore_password else ""
+    out = _converted_dir() / f"keystore-{_stamp(location.read_bytes(), password)}.p12"
+    if not out.is_file():
+        _keytool(
+            "-importkeystore", "-noprompt", "-srckeystore", str(location),
+            "-srcstoretype", "JKS", "-srcstorepass", password,
+            "-destkeystore", str(out), "-deststoretype", "PKCS12", "-deststorepass", password,
+            key=key,
+        )  # fmt: skip
+    return out
+
+
+def _pem_blocks(text: str) -> list[str]:
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.startswith("-----BEGIN CERTIFICATE-----"):
+            current = [line]
+        elif current is not None:
+            current.append(line)
+            if line.startswith("-----END CERTIFICATE-----"):
+                blocks.append("\n".join(current) + "\n")
+                current = None
+    return blocks
+
+
+# ------------------------------------------------------------------ property conflicts
+
+SECRET_PROPERTIES = {"sasl.jaas.config", "ssl.truststore.password", "ssl.keystore.password",
+                     "ssl.key.password"}  # fmt: skip
+
+
+def owned_properties(settings: "Settings", section: str) -> dict[str, tuple[str, str | None]]:
+    """Client property -> (the typed setting that owns it, the value it gives; None: the
+    project sets none, so the property has no place in `section`)."""
+    sec = settings.kafka.security
+    java = java_security_properties(sec)
+    src, sink = settings.source, settings.sink
+    owned: dict[str, tuple[str, str | None]] = {
+        "bootstrap.servers": ("kafka.bootstrap_servers", settings.kafka.bootstrap_servers),
+        "security.protocol": ("kafka.security.protocol", java["security.protocol"]),
+        "sasl.mechanism": ("kafka.security.sasl_mechanism", java.get("sasl.mechanism")),
+        "ssl.endpoint.identification.algorithm": (
+            "kafka.security.ssl_hostname_verification",
+            java.get("ssl.endpoint.identification.algorithm"),
+        ),
+        "transaction.timeout.ms": ("sink.transaction_timeout", str(sink.transaction_timeout)),
+        "transactional.id": ("sink.transactional_id_prefix", None),
+        "isolation.level": ("source.isolation_level", src.isolation_level.value),
+        "group.id": ("source.group_id", src.group_id),
+        "enable.auto.commit": ("the project (Flink commits offsets on checkpoints)", "false"),
+    }
+    if sec.sasl_mechanism is not SaslMechanism.OAUTHBEARER:  # OAUTHBEARER's JAAS is the user's
+        owned["sasl.jaas.config"] = (
+            "kafka.security.username/password",
+            java.get("sasl.jaas.config"),
+        )
+    for prop, typed in (
+        ("ssl.truststore.location", "ssl_truststore_location"),
+        ("ssl.truststore.type", "ssl_truststore_type"),
+        ("ssl.truststore.password", "ssl_truststore_password"),
+        ("ssl.keystore.location", "ssl_keystore_location"),
+        ("ssl.keystore.type", "ssl_keystore_type"),
+        ("ssl.keystore.password", "ssl_keystore_password"),
+        ("ssl.key.password", "ssl_key_password"),
+    ):
+        owned[prop] = (f"kafka.security.{typed}", java.get(prop))
+    if section == "source.properties":
+        owned["commit.offsets.on.checkpoint"] = (
+            "source.commit_offsets_on_checkpoint",
+            str(src.commit_offsets_on_checkpoint).lower(),
+        )
+        if src.max_poll_records is not None:
+            owned["max.poll.records"] = ("source.max_poll_records", str(src.max_poll_records))
+    return owned
+
+
+def property_conflicts(settings: "Settings") -> list[tuple[str, str]]:
+    """(dotted key of the property, why) for every property that contradicts the typed
+    setting owning it. Secret values are never shown."""
+    problems = []
+    for section, props in (
+        ("kafka.properties", settings.kafka.properties),
+        ("source.properties", settings.source.properties),
+    ):
+        owned = owned_properties(settings, section)
+        for prop, value in props.items():
+            if prop not in owned:
+                continue
+            typed, expected = owned[prop]
+            if expected is not None and value == expected:
+                continue  # says what the typed setting says: redundant, not a conflict
+            if prop in SECRET_PROPERTIES:
+                shown, typed_shown = "(a secret)", ""
+            else:
+                shown = repr(value)
+                typed_shown = f" ({expected!r})" if expected is not None else " (not set)"
+            problems.append(
+                (
+                    f"{section}.{prop}",
+                    f"{shown} contradicts {typed}{typed_shown}: set {typed} instead; "
+                    f"{section} may only add properties no typed setting owns",
+                )
+            )
+    return problems

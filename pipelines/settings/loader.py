@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipelines import paths
+from pipelines.settings.kafka_clients import property_conflicts
 from pipelines.settings.schema import Settings
 from pipelines.settings.secrets import (
     DEFAULT_SOURCE,
@@ -75,9 +76,11 @@ def _merge(
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     parts = dotted.split(".")
-    # Kafka property names contain dots: everything after `properties.` is one key.
-    if "properties" in parts:
-        i = parts.index("properties")
+    # Kafka property names contain dots: everything after `properties.` (or
+    # `librdkafka_properties.`) is one key.
+    marks = [i for i, part in enumerate(parts) if part.endswith("properties")]
+    if marks:
+        i = marks[0]
         parts = parts[: i + 1] + [".".join(parts[i + 1 :])] if i + 1 < len(parts) else parts
     node = tree
     for part in parts[:-1]:
@@ -253,6 +256,11 @@ def load_settings(
         settings = Settings.model_validate(resolved)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, sources)) from None
+    conflicts = property_conflicts(settings)
+    if conflicts:
+        raise ConfigError(
+            "\n".join(f"{_origin_of(key, sources)}: {key}: {why}" for key, why in conflicts)
+        )
     if settings.job.name != job:
         raise ConfigError(
             f"{sources.get('job.name')}: job.name: {settings.job.name!r} must match "

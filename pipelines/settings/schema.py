@@ -26,10 +26,48 @@ class SaslMechanism(str, Enum):
     PLAIN = "PLAIN"
     SCRAM_SHA_256 = "SCRAM-SHA-256"
     SCRAM_SHA_512 = "SCRAM-SHA-512"
+    # Passed through: the login module, token endpoint and callback handler are the
+    # provider's, in kafka.properties (Java) and kafka.librdkafka_properties (the CLI).
+    OAUTHBEARER = "OAUTHBEARER"
+
+
+class StoreType(str, Enum):
+    JKS = "JKS"
+    PKCS12 = "PKCS12"
+    PEM = "PEM"
+
+
+STORE_SUFFIXES = {
+    ".jks": StoreType.JKS,
+    ".p12": StoreType.PKCS12,
+    ".pfx": StoreType.PKCS12,
+    ".pkcs12": StoreType.PKCS12,
+    ".pem": StoreType.PEM,
+    ".crt": StoreType.PEM,
+    ".cer": StoreType.PEM,
+}
+
+
+def _store_type(location: str | None, given: StoreType | None, key: str) -> StoreType | None:
+    if location is None:
+        return None
+    if given is not None:
+        return given
+    suffix = "." + location.rsplit(".", 1)[-1].lower() if "." in location else ""
+    if suffix not in STORE_SUFFIXES:
+        raise ValueError(
+            f"{key}_location {location!r}: set {key}_type (JKS, PKCS12 or PEM); the file "
+            f"name does not say ({', '.join(STORE_SUFFIXES)} do)"
+        )
+    return STORE_SUFFIXES[suffix]
 
 
 class KafkaSecurity(Model):
-    """Secrets never sit in committed files: write `${env:NAME}` or `${file:path}`."""
+    """Secrets never sit in committed files: write `${env:NAME}` or `${file:path}`.
+
+    One description for both kinds of client: the Java clients inside Flink get JKS, PKCS12
+    or PEM stores as they are; librdkafka (preflight, offsets, demo) gets PEM, converted from
+    JKS/PKCS12 with keytool by the project (pipelines/settings/kafka_clients.py)."""
 
     protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     sasl_mechanism: SaslMechanism | None = None
@@ -37,25 +75,57 @@ class KafkaSecurity(Model):
     password: SecretStr | None = None
     ssl_truststore_location: str | None = None
     ssl_truststore_password: SecretStr | None = None
+    ssl_truststore_type: StoreType | None = None  # null: from the file name
+    ssl_keystore_location: str | None = None  # a client certificate (mutual TLS)
+    ssl_keystore_password: SecretStr | None = None
+    ssl_keystore_type: StoreType | None = None  # null: from the file name
+    ssl_key_password: SecretStr | None = None
+    ssl_hostname_verification: bool = True
 
     @model_validator(mode="after")
-    def _sasl_complete(self) -> "KafkaSecurity":
-        if self.protocol.value.startswith("SASL") and not (
-            self.sasl_mechanism and self.username and self.password
+    def _complete(self) -> "KafkaSecurity":
+        sasl = self.protocol.value.startswith("SASL")
+        if sasl and self.sasl_mechanism is None:
+            raise ValueError(f"{self.protocol.value} needs sasl_mechanism")
+        if sasl and self.sasl_mechanism is not SaslMechanism.OAUTHBEARER:
+            if not (self.username and self.password):
+                raise ValueError(
+                    f"SASL {self.sasl_mechanism.value} needs username and password "
+                    "(password as ${env:NAME} or ${file:path})"
+                )
+        if not sasl and self.sasl_mechanism is not None:
+            raise ValueError(
+                f"sasl_mechanism {self.sasl_mechanism.value} needs protocol SASL_SSL or "
+                f"SASL_PLAINTEXT (protocol is {self.protocol.value})"
+            )
+        if not self.protocol.value.endswith("SSL") and (
+            self.ssl_truststore_location or self.ssl_keystore_location
         ):
             raise ValueError(
-                "SASL needs sasl_mechanism, username and password "
-                "(password as ${env:NAME} or ${file:path})"
+                f"a truststore or keystore needs protocol SSL or SASL_SSL "
+                f"(protocol is {self.protocol.value})"
             )
+        self.truststore_type()
+        self.keystore_type()
         return self
+
+    def truststore_type(self) -> StoreType | None:
+        return _store_type(self.ssl_truststore_location, self.ssl_truststore_type, "ssl_truststore")
+
+    def keystore_type(self) -> StoreType | None:
+        return _store_type(self.ssl_keystore_location, self.ssl_keystore_type, "ssl_keystore")
 
 
 class KafkaConnection(Model):
     bootstrap_servers: str = "127.0.0.1:9092"
+    # Extra properties for the Java clients in Flink (source and sinks); one that a typed
+    # setting owns (security.protocol, transaction.timeout.ms, ...) must agree with it.
     properties: dict[str, str] = Field(default_factory=dict)
+    # Extra librdkafka properties for the CLI's own clients (preflight, offsets, demo).
+    librdkafka_properties: dict[str, str] = Field(default_factory=dict)
     security: KafkaSecurity = Field(default_factory=KafkaSecurity)
 
-    @field_validator("properties", mode="before")
+    @field_validator("properties", "librdkafka_properties", mode="before")
     @classmethod
     def _stringify(cls, v: Any) -> Any:
         if isinstance(v, dict):

@@ -94,5 +94,6 @@ class SecretMask:
 def secret_values(settings: Settings) -> list[str]:
     sec = settings.kafka.security
     values = [s.get_secret_value() for s in (sec.password, sec.ssl_truststore_password) if s]
-    values += [v for k, v in settings.kafka.properties.items() if is_secret_key(k)]
+    for props in (settings.kafka.properties, settings.kafka.librdkafka_properties):
+        values += [v for k, v in props.items() if is_secret_key(k)]
     return values

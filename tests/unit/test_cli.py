@@ -35,7 +35,7 @@ def test_config_show_masks_secrets_and_names_sources():
         "--set",
         "kafka.security.username=svc",
         "--set",
-        "kafka.properties.ssl.key.password=also-secret",
+        "kafka.properties.sasl.oauthbearer.client.secret=also-secret",
         env={"PIPELINES__KAFKA__SECURITY__PASSWORD": secret},
     )
     assert proc.returncode == 0, proc.stderr
@@ -43,7 +43,7 @@ def test_config_show_masks_secrets_and_names_sources():
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()}
     assert rows["kafka.security.password"].split()[1] == "******"
     assert rows["kafka.security.password"].endswith("# env PIPELINES__KAFKA__SECURITY__PASSWORD")
-    assert rows["kafka.properties.ssl.key.password"].split()[1] == "******"
+    assert rows["kafka.properties.sasl.oauthbearer.client.secret"].split()[1] == "******"
     assert rows["checkpoint.interval"].split()[1] == "5s"
     assert rows["checkpoint.interval"].endswith("# conf/base/enrich.yaml")
     assert rows["kafka.security.username"].endswith("# --set")

@@ -1,0 +1,205 @@
+"""Every job and every CLI command against a secured broker: `pipelines kafka up --secure`
+(a TLS listener and a SASL_SSL SCRAM-SHA-512 one, CA and certificates made at start, the
+user made with Kafka's kafka-configs), the password from `${env:...}` and `${file:...}`,
+truststores as JKS, PKCS12 and PEM. Topics are created and read back over SASL_SSL too."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.kafka_broker import SCRAM_USER, Broker
+from pipelines.devtools.kafka_tls import ensure_tls, write_secret
+from pipelines.devtools.ports import free_ports
+from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines.settings import load_settings
+from pipelines.settings.kafka_clients import librdkafka_config
+from tests.support import run_cli
+
+pytestmark = pytest.mark.integration
+
+QUOTED_USER = "quoted"
+QUOTED_PASSWORD = "pa\"ss;w'rd x;"  # breaks an unescaped JAAS string
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    broker = Broker(
+        state_dir=tmp_path_factory.mktemp("secure-kafka"), port=free_ports(4), secure=True
+    )
+    broker.up()
+    broker.add_scram_user(QUOTED_USER, QUOTED_PASSWORD)
+    write_secret(broker.tls.dir / f"{QUOTED_USER}.password", QUOTED_PASSWORD)
+    try:
+        yield broker
+    finally:
+        broker.down()
+
+
+def security_sets(
+    broker: Broker,
+    password_ref: str,
+    truststore: Path | None = None,
+    user: str = SCRAM_USER,
+) -> list[str]:
+    tls = broker.tls
+    truststore = truststore or tls.truststore_p12
+    sets = [
+        f"kafka.bootstrap_servers={broker.sasl_ssl_bootstrap}",
+        "kafka.security.protocol=SASL_SSL",
+        "kafka.security.sasl_mechanism=SCRAM-SHA-512",
+        f"kafka.security.username={user}",
+        f"kafka.security.password={password_ref}",
+        f"kafka.security.ssl_truststore_location={truststore}",
+    ]
+    if truststore.suffix != ".pem":
+        sets.append(f"kafka.security.ssl_truststore_password=${{file:{tls.store_password_file}}}")
+    return sets
+
+
+def as_args(sets: list[str]) -> list[str]:
+    return [arg for item in sets for arg in ("--set", item)]
+
+
+def file_ref(broker: Broker, user: str = SCRAM_USER) -> str:
+    return f"${{file:{broker.user_password_file(user)}}}"
+
+
+def client_conf(broker: Broker) -> dict:
+    """A librdkafka config over SASL_SSL, made the way the CLI makes one."""
+    settings = load_settings(
+        "passthrough", overrides=security_sets(broker, file_ref(broker)), environ={}
+    ).settings
+    return librdkafka_config(settings.kafka)
+
+
+def job_sets(names, *, dead_letters=False) -> list[str]:
+    sets = [
+        f"source.topics=[{names('in')}]",
+        f"source.group_id={names('group')}",
+        f"sink.topic={names('out')}",
+        f"sink.transactional_id_prefix={names('tx')}",
+        "source.bounded=true",
+    ]
+    if dead_letters:
+        sets.append(f"sink.dead_letter_topic={names('dlq')}")
+    return sets
+
+
+def test_passthrough_over_sasl_ssl_password_from_env_jks_truststore(secure, names):
+    conf = client_conf(secure)
+    create_topics(conf, {names("in"): 2, names("out"): 2})
+    values = [f"value-{i}".encode() for i in range(300)]
+    produce(conf, names("in"), values)
+    password = secure.user_password_file().read_text().strip()
+    run_cli(
+        "run",
+        "passthrough",
+        *as_args(
+            security_sets(secure, "${env:SECURE_KAFKA_PASSWORD}", secure.tls.truststore_jks)
+            + job_sets(names)
+        ),
+        env={"SECURE_KAFKA_PASSWORD": password},
+    )
+    assert sorted(read_all(conf, names("out"))) == sorted(values)
+
+
+def test_enrich_over_sasl_ssl_password_from_file_pkcs12_truststore(
+    secure, names, enrichment_service
+):
+    conf = client_conf(secure)
+    create_topics(conf, {names("in"): 2, names("out"): 2, names("dlq"): 1})
+    total, bad_every = 300, 30
+    produce(conf, names("in"), demo_values(total, bad_every=bad_every))
+    run_cli(
+        "run",
+        "enrich",
+        *as_args(
+            security_sets(secure, file_ref(secure), secure.tls.truststore_p12)
+            + job_sets(names, dead_letters=True)
+            + [f"enrichment.url={enrichment_service.url}"]
+        ),
+    )
+    out = [json.loads(v) for v in read_all(conf, names("out"))]
+    assert sorted(r["id"] for r in out) == [
+        i for i in range(total) if i % bad_every != bad_every - 1
+    ]
+    assert len(read_all(conf, names("dlq"))) == total // bad_every
+
+
+def test_windowed_over_sasl_ssl_with_a_pem_truststore_and_a_quoted_password(secure, names):
+    """The password holds quotes and semicolons: the JAAS line is escaped, librdkafka takes
+    it as it is."""
+    conf = client_conf(secure)
+    create_topics(conf, {names("in"): 2, names("out"): 2, names("dlq"): 1, names("late"): 1})
+    base = 1_700_000_000_000
+    records = [{"id": i, "key": f"k{i % 3}", "ts": base + i * 250} for i in range(200)]
+    produce(conf, names("in"), [json.dumps(r) for r in records])
+    run_cli(
+        "run",
+        "windowed",
+        *as_args(
+            security_sets(
+                secure, file_ref(secure, QUOTED_USER), secure.tls.ca_pem, user=QUOTED_USER
+            )
+            + job_sets(names, dead_letters=True)
+            + [f"window.late_topic={names('late')}", "watermarks.max_out_of_orderness=60s"]
+        ),
+    )
+    expected = Counter((r["key"], base + (r["ts"] - base) // 10_000 * 10_000) for r in records)
+    out = [json.loads(v) for v in read_all(conf, names("out"))]
+    assert {(r["key"], r["window_start"]): r["count"] for r in out} == dict(expected)
+
+
+def test_wrong_password_is_one_line_saying_authentication_failed(secure, names, tmp_path):
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-password")
+    proc = run_cli(
+        "doctor",
+        "passthrough",
+        *as_args(security_sets(secure, f"${{file:{wrong}}}") + job_sets(names)),
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"error: kafka.security: authentication failed at {secure.sasl_ssl_bootstrap} "
+        f"(SCRAM-SHA-512 as user '{SCRAM_USER}'): Authentication failed during "
+        "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512",
+        "error: preflight found 1 error(s); nothing was started",
+    ]
+    assert "not-the-password" not in proc.stdout + proc.stderr
+
+
+def test_untrusted_certificate_is_one_line_saying_so(secure, names, tmp_path):
+    other_ca = ensure_tls(tmp_path / "other-ca")  # a truststore of a CA the broker never saw
+    sets = security_sets(secure, file_ref(secure), other_ca.truststore_p12)
+    sets[-1] = f"kafka.security.ssl_truststore_password=${{file:{other_ca.store_password_file}}}"
+    proc = run_cli("doctor", "passthrough", *as_args(sets + job_sets(names)), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        f"error: kafka.security.ssl_truststore_location: the broker's certificate at "
+        f"{secure.sasl_ssl_bootstrap} is not trusted by {other_ca.truststore_p12} "
+        f"(certificate verify failed)"
+    )
+
+
+def test_cli_commands_connect_as_the_job_does(secure, names):
+    """demo (topic creation, producing), doctor, offsets and kafka transactions, each with
+    only the job's secured config to go on."""
+    sets = as_args(security_sets(secure, file_ref(secure)) + job_sets(names))
+    run_cli("demo", "passthrough", *sets, "--records", "120", "--bad-every", "0")
+    conf = client_conf(secure)
+    assert len(read_all(conf, names("in"))) == 120
+    doctor = run_cli("doctor", "passthrough", *sets)
+    assert "error" not in doctor.stdout + doctor.stderr
+    run_cli("run", "passthrough", *sets)
+    offsets = run_cli("offsets", "--job", "passthrough", *sets, "--json")
+    rows = json.loads(offsets.stdout)
+    assert {r["topic"] for r in rows} == {names("in")}
+    assert sum(r["log_end"] for r in rows) == 120
+    listing = run_cli("kafka", "transactions", "--job", "passthrough", *sets, "list")
+    assert names("tx") in listing.stdout
