@@ -113,7 +113,6 @@ def _submit(args) -> int:
     from pipelines.paths import local_state
     from pipelines.templates import package_job
 
-    loaded = prepare(args.job, args)
     local = Cluster()
     jobmanager = args.jobmanager or local.url.removeprefix("http://")
     if not re.fullmatch(r"[\w.-]+:\d{1,5}", jobmanager):
@@ -121,6 +120,7 @@ def _submit(args) -> int:
     if not rest_overview(f"http://{jobmanager}"):
         hint = "start one with `make cluster-up`" if not args.jobmanager else "is it running?"
         raise Failure(f"no Flink JobManager answers at http://{jobmanager}: {hint}")
+    loaded = prepare(args.job, args)
     package = package_job(
         loaded,
         local_state("packages", args.job),
@@ -189,7 +189,7 @@ def _kafka(args) -> int:
                 args.conf_dir = None
                 kafka = load(args.job, args).settings.kafka
                 bootstrap = bootstrap or kafka.bootstrap_servers
-                properties = java_client_properties(kafka)
+                properties = java_client_properties(kafka, shaded=False)
             return broker.transactions(args.tool_args, bootstrap=bootstrap, properties=properties)
         else:
             print(broker.status())

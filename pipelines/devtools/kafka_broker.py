@@ -150,6 +150,11 @@ class Broker:
             ]
         props = self.state_dir / "server.properties"
         props.write_text("\n".join(lines) + "\n")
+        self._write_log4j()
+        return props
+
+    def _write_log4j(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(
             "\n".join(
@@ -170,7 +175,6 @@ class Broker:
             )
             + "\n"
         )
-        return props
 
     def _java(self, *args: str, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -381,6 +385,8 @@ class Broker:
         import tempfile
 
         self.ensure_libs()
+        if not (self.state_dir / "log4j2.properties").is_file():
+            self._write_log4j()
         cmd = [
             "java",
             "-cp",

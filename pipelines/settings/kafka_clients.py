@@ -26,10 +26,15 @@ from pipelines.settings.values import ConfigError
 if TYPE_CHECKING:
     from pipelines.settings.schema import Settings
 
+# The fat flink-sql-connector-kafka jar relocates the Kafka client under this prefix, so a
+# JAAS line naming org.apache.kafka... fails inside Flink with "No LoginModule found for
+# org.apache.kafka.common.security.scram.ScramLoginModule" (seen here). Any class named in
+# kafka.properties (OAUTHBEARER's login module, callback handlers) needs the prefix too.
+SHADED = "org.apache.flink.kafka.shaded."
 LOGIN_MODULES = {
-    SaslMechanism.PLAIN: "org.apache.kafka.common.security.plain.PlainLoginModule",
-    SaslMechanism.SCRAM_SHA_256: "org.apache.kafka.common.security.scram.ScramLoginModule",
-    SaslMechanism.SCRAM_SHA_512: "org.apache.kafka.common.security.scram.ScramLoginModule",
+    SaslMechanism.PLAIN: SHADED + "org.apache.kafka.common.security.plain.PlainLoginModule",
+    SaslMechanism.SCRAM_SHA_256: SHADED + "org.apache.kafka.common.security.scram.ScramLoginModule",
+    SaslMechanism.SCRAM_SHA_512: SHADED + "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 
 
@@ -39,12 +44,15 @@ def jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def java_security_properties(sec: KafkaSecurity) -> dict[str, str]:
-    """What the typed security settings give the Java clients."""
+def java_security_properties(sec: KafkaSecurity, shaded: bool = True) -> dict[str, str]:
+    """What the typed security settings give the Java clients: inside Flink (`shaded`, the
+    connector's relocated classes) or Kafka's own tools (plain class names)."""
     props = {"security.protocol": sec.protocol.value}
     if sec.sasl_mechanism is not None:
         props["sasl.mechanism"] = sec.sasl_mechanism.value
     module = LOGIN_MODULES.get(sec.sasl_mechanism)
+    if module and not shaded:
+        module = module.removeprefix(SHADED)
     if module and sec.username and sec.password:
         props["sasl.jaas.config"] = (
             f"{module} required username={jaas_quote(sec.username)} "
@@ -69,10 +77,11 @@ def java_security_properties(sec: KafkaSecurity) -> dict[str, str]:
     return props
 
 
-def java_client_properties(kafka: KafkaConnection) -> dict[str, str]:
+def java_client_properties(kafka: KafkaConnection, shaded: bool = True) -> dict[str, str]:
     """Properties for the Java Kafka clients: `kafka.properties` plus the typed security
-    (which `check_property_conflicts` has made sure they agree with)."""
-    return {**kafka.properties, **java_security_properties(kafka.security)}
+    (which `property_conflicts` has made sure they agree with). `shaded=False` for Kafka's
+    own tools, which load the unrelocated client."""
+    return {**kafka.properties, **java_security_properties(kafka.security, shaded)}
 
 
 def librdkafka_config(kafka: KafkaConnection) -> dict[str, str]:

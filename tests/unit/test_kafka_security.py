@@ -78,7 +78,8 @@ def test_jaas_escapes_quotes_and_backslashes_and_leaves_semicolons():
     assert jaas_quote("pa\"ss;w'rd\\x") == '"pa\\"ss;w\'rd\\\\x"'
     s = settings(*SASL, 'kafka.security.password=a"b;c')
     assert java_client_properties(s.kafka)["sasl.jaas.config"] == (
-        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        "org.apache.flink.kafka.shaded.org.apache.kafka.common.security.scram.ScramLoginModule"
+        " required "
         'username="svc" password="a\\"b;c";'
     )
 
