@@ -47,7 +47,7 @@ from pipelines.settings import (
     OnFailure,
     Settings,
 )
-from pipelines.stages import DEAD_MARK, join_lines, split_lines
+from pipelines.stages import DEAD_MARK, join_lines, split_lines, split_meta
 
 
 class Coalescer:
@@ -130,6 +130,12 @@ class EnrichStats:
         group = runtime_context.get_metrics_group()
         for name in self.NAMES:
             group.gauge(name, lambda name=name: self.counts[name])
+
+
+def rewrap(meta: str, out: str) -> str:
+    """An enriched record keeps its input record's Kafka metadata (pipelines.stages.META);
+    a dead letter goes out without it."""
+    return out if out.startswith(DEAD_MARK) else meta + out
 
 
 class RecordEnricher:
@@ -253,17 +259,20 @@ def make_async_function(settings: Settings, client_factory: ClientFactory):
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
-            return [await self.enricher.one(jsontext.loads(value))]
+            meta, text = split_meta(value)
+            return [rewrap(meta, await self.enricher.one(jsontext.loads(text)))]
 
         def timeout(self, value: str):
             # Only reached if the record overruns its own bound: treat like any failure.
             if cfg.on_failure is OnFailure.FAIL:
                 raise EnrichmentFailed(f"enrichment overran {worst_case_ms(cfg)} ms")
-            record = jsontext.loads(value)
+            meta, text = split_meta(value)
+            record = jsontext.loads(text)
             if cfg.on_failure is OnFailure.DEAD_LETTER:
                 return [self.enricher._dead(record, "enrichment overran its overall timeout")]
             return [
-                jsontext.dumps(
+                meta
+                + jsontext.dumps(
                     {**record, "enrichment": None, "enrichment_error": "overall timeout"}
                 )
             ]
@@ -284,8 +293,13 @@ def make_batch_async_function(settings: Settings, client_factory: ClientFactory)
             self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, value: str):
-            records = [jsontext.loads(line) for line in split_lines(value)]
-            return [join_lines(await asyncio.gather(*map(self.enricher.one, records)))]
+            metas, records = [], []
+            for line in split_lines(value):
+                meta, text = split_meta(line)
+                metas.append(meta)
+                records.append(jsontext.loads(text))
+            outs = await asyncio.gather(*map(self.enricher.one, records))
+            return [join_lines(map(rewrap, metas, outs))]
 
     return EnrichBatch()
 
@@ -301,7 +315,9 @@ def make_sync_function(settings: Settings, client_factory: ClientFactory):
             self.enricher.stats.register(runtime_context)
 
         def map(self, value: str) -> str:
-            return self.loop.run_until_complete(self.enricher.one(jsontext.loads(value)))
+            meta, text = split_meta(value)
+            out = self.loop.run_until_complete(self.enricher.one(jsontext.loads(text)))
+            return rewrap(meta, out)
 
         def close(self):
             self.loop.run_until_complete(self.enricher.client.close())

@@ -18,7 +18,7 @@ from pipelines.settings import (
 )
 from pipelines.settings.kafka_clients import java_client_properties
 
-ORIGIN_FIELDS = ["topic", "partition", "offset", "timestamp", "key", "value"]
+ORIGIN_FIELDS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 
 
 def origin_type_info():
@@ -34,6 +34,7 @@ def origin_type_info():
             Types.LONG(),
             Types.PRIMITIVE_ARRAY(Types.BYTE()),
             Types.PRIMITIVE_ARRAY(Types.BYTE()),
+            Types.PRIMITIVE_ARRAY(Types.BYTE()),  # headers, encoded (jars/src HeaderBytes)
         ],
     )
 
@@ -90,7 +91,7 @@ def source_properties(settings: Settings, uses: tuple[str, ...] | list[str] = ()
 
 
 def build_source(settings: Settings, uses: tuple[str, ...] | list[str] = ()):
-    """A KafkaSource emitting Row(topic, partition, offset, timestamp, key, value); `uses`
+    """A KafkaSource emitting Row(topic, partition, offset, timestamp, key, value, headers); `uses`
     as the job module's USES (it sizes polls)."""
     from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
     from pyflink.java_gateway import get_gateway
@@ -140,27 +141,39 @@ def _sink_builder(settings: Settings, id_suffix: str):
     return builder
 
 
-def build_sink(settings: Settings, topic: str | None = None, id_suffix: str = ""):
-    """A KafkaSink of strings to `topic` (the configured sink topic by default).
+def build_sink(
+    settings: Settings,
+    topic: str | None = None,
+    id_suffix: str = "",
+    key_field: str | None = None,
+):
+    """A KafkaSink of JSON text records to `topic` (the configured sink topic by default),
+    with the key, headers and timestamp of the input record each came from when it carries
+    them (pipelines.stages.with_meta; jars/src RecordSerializer). `key_field` (else
+    `sink.key_field` for the main topic) sets the key from a JSON field instead.
 
     Each sink in a job needs its own transactional id prefix: `id_suffix` derives one for
     side outputs (dead letters, late records) from the configured prefix.
     """
-    from pyflink.common.serialization import SimpleStringSchema
-    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema
+    from pyflink.java_gateway import get_gateway
 
-    serializer = (
-        KafkaRecordSerializationSchema.builder()
-        .set_topic(topic or settings.sink.topic)
-        .set_value_serialization_schema(SimpleStringSchema())
-        .build()
+    from pipelines.flink_compat import set_java_record_serializer
+
+    sink = settings.sink
+    main = topic is None or topic == sink.topic
+    serializer = get_gateway().jvm.pipelines.flink.RecordSerializer(
+        topic or sink.topic,
+        key_field or (sink.key_field if main else None),
+        sink.carry_headers,
+        sink.carry_timestamp,
     )
-    return _sink_builder(settings, id_suffix).set_record_serializer(serializer).build()
+    return set_java_record_serializer(_sink_builder(settings, id_suffix), serializer).build()
 
 
 def build_raw_sink(settings: Settings):
-    """A KafkaSink of the source's rows, written back as they were read: key, value and
-    timestamp byte for byte (pipelines.flink.RawRecordSerializer), all in the JVM."""
+    """A KafkaSink of the source's rows, written back as they were read: key, value,
+    headers and timestamp byte for byte (pipelines.flink.RawRecordSerializer), all in the
+    JVM."""
     from pyflink.java_gateway import get_gateway
 
     from pipelines.flink_compat import set_java_record_serializer

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pipelines import jsontext
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
-from pipelines.stages import join_lines
+from pipelines.stages import join_lines, with_meta
 
 DEAD_LETTER_TAG = "dead-letters"
 # Room in a dead-letter message for everything but the original bytes (reason, origin,
@@ -255,8 +255,11 @@ def make_parse_function(
     errors: ErrorSettings | None = None,
     dead_letter_max_bytes: int = 1_048_576,
     extra_required: dict[str, FieldType] | None = None,
+    carry_metadata: bool = False,
 ):
     """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
+    With `carry_metadata` a record's text is prefixed with its Kafka key, headers and
+    timestamp (pipelines.stages.with_meta) for the sink.
 
     With `batched`, each input element is a list of rows and each output element is the
     valid records among them, one JSON text per line (bad ones still go out one by one).
@@ -284,7 +287,7 @@ def make_parse_function(
                 _maybe_fail(faults, self.subtask)
             try:
                 # One unpacking: PyFlink's Row resolves each attribute by name (~0.8 us each).
-                topic, partition, offset, timestamp, _key, value = row
+                topic, partition, offset, timestamp, key, value, headers = row
                 record, reason = parse_value(value, required, event_time_field, origin_field)
                 if record is not None:
                     if origin_field:
@@ -292,6 +295,8 @@ def make_parse_function(
                     if trace_timing:
                         record["_timing"] = {"in": time.time() * 1000}
                     text = jsontext.dumps(record)
+                    if carry_metadata:
+                        text = with_meta(key, headers, timestamp, text)
             except InjectedFault:
                 raise
             except Exception as exc:  # noqa: BLE001 - one record's surprise is not the job's

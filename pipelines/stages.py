@@ -13,16 +13,40 @@ The batch contract. Records cross from the JVM into Python in batches and come b
 one element per batch: PyFlink's cost is per element, so a batch of 500 pays it once.
 `batch_records` (Java RecordBatcher) turns rows into lists of rows; a batched Python stage
 answers each list with ONE string, its records as JSON text, one per line
-(`join_lines`); a line starting with DEAD_MARK is a dead letter of that stage. JSON text
+(`join_lines`); a line starting with DEAD_MARK is a dead letter of that stage, one starting
+with META carries its input record's key, headers and timestamp (`with_meta`). JSON text
 never contains a raw newline (it escapes it), so lines are records. `records(batches)`
 (Java SplitLines) turns such a stream back into one element per record, in the JVM.
 """
 
 from __future__ import annotations
 
+import base64
+
 from pipelines.settings import ConfigError, FieldType, Settings
 
 DEAD_MARK = "\x00"  # a line that is a dead letter, not a record (SplitLines routes it)
+# A record line may start with its input record's Kafka key, headers and timestamp:
+# META key META headers META timestamp META json (see with_meta); the sink writes them
+# (jars/src RecordSerializer). JSON text holds no raw control character, so neither mark
+# can be mistaken for data.
+META = "\x01"
+
+
+def with_meta(key: bytes | None, headers: bytes | None, timestamp: int | None, text: str) -> str:
+    """A record's JSON text with the Kafka metadata of the input record it came from."""
+    k = "~" if key is None else base64.b64encode(key).decode()
+    h = "" if headers is None else base64.b64encode(headers).decode()
+    t = "" if timestamp is None or timestamp < 0 else str(timestamp)
+    return f"{META}{k}{META}{h}{META}{t}{META}{text}"
+
+
+def split_meta(line: str) -> tuple[str, str]:
+    """(the metadata prefix, or "", the JSON text) of a record line."""
+    if not line.startswith(META):
+        return "", line
+    end = line.index(META, line.index(META, line.index(META, 1) + 1) + 1)
+    return line[: end + 1], line[end + 1 :]
 
 
 def join_lines(texts) -> str:
@@ -62,15 +86,22 @@ def kafka_source(env, settings: Settings, uses: tuple[str, ...] = ()):
     ).uid("kafka-source")
 
 
-def kafka_sink(records, settings: Settings) -> None:
-    """JSON text records to the sink topic, with the configured delivery guarantee."""
+def kafka_sink(records, settings: Settings, key_field: str | None = None) -> None:
+    """JSON text records to the sink topic, with the configured delivery guarantee; each
+    keeps its input record's key, headers and timestamp where parse carried them, or takes
+    its key from `key_field` (else `sink.key_field`)."""
     from pipelines.kafka import build_sink
 
-    records.sink_to(build_sink(settings)).name("kafka-sink").uid("kafka-sink")
+    (
+        records.sink_to(build_sink(settings, key_field=key_field))
+        .name("kafka-sink")
+        .uid("kafka-sink")
+    )
 
 
 def raw_kafka_sink(rows, settings: Settings) -> None:
-    """Source rows to the sink topic byte for byte (key, value, timestamp), in the JVM."""
+    """Source rows to the sink topic byte for byte (key, value, headers, timestamp), in the
+    JVM."""
     from pipelines.kafka import build_raw_sink
 
     rows.sink_to(build_raw_sink(settings)).name("kafka-sink").uid("kafka-sink")
@@ -127,9 +158,12 @@ def parse(
     event_time_field: str | None = None,
     trace_timing: bool = False,
     extra_required: dict[str, FieldType] | None = None,
+    carry_metadata: bool = True,
 ):
     """Kafka rows -> valid JSON records, and dead letters (pipelines.parse). Returns
-    (parsed, dead letters).
+    (parsed, dead letters). With `carry_metadata` each record line carries its Kafka key,
+    headers and timestamp to the sink (`with_meta`); turn it off when the records go to JVM
+    stages that read the JSON (window counts).
 
     By default in batches (`python.batch_size`/`batch_delay` unless given): `parsed` holds
     batches (see the batch contract above); `records(parsed)` gives one record per
@@ -149,6 +183,7 @@ def parse(
         errors=settings.errors,
         extra_required=extra_required,
         dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
+        carry_metadata=carry_metadata,
     )
     if not per_record:
         raw = (

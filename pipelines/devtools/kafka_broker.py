@@ -36,6 +36,10 @@ SINGLE_NODE = {
     "group.initial.rebalance.delay.ms": "0",
     "num.partitions": "1",
     "auto.create.topics.enable": "false",
+    # No time-based retention: tests and demos write records with fixed timestamps years in
+    # the past, and the retention check (every 5 min) deleted them mid-test ("Offset out of
+    # range" on read-back, 0 records in a rerun).
+    "log.retention.ms": "-1",
 }
 
 

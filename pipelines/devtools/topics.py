@@ -80,6 +80,7 @@ def produce(
     partition: int | None = None,
     timestamps: Iterable[int] | None = None,
     keys: Iterable[bytes | str | None] | None = None,
+    headers: Iterable[list[tuple[str, bytes | None]]] | None = None,
 ) -> int:
     """Produce values in order: to one partition when given, else round-robin over all
     partitions (a sticky partitioner would put a fast burst on one). Returns the count."""
@@ -89,6 +90,7 @@ def produce(
         spread = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
     stamps = iter(timestamps) if timestamps is not None else None
     key_iter = iter(keys) if keys is not None else None
+    header_iter = iter(headers) if headers is not None else None
     count = 0
     for value in values:
         kwargs = {}
@@ -100,6 +102,8 @@ def produce(
             kwargs["timestamp"] = next(stamps)
         if key_iter is not None:
             kwargs["key"] = next(key_iter)
+        if header_iter is not None:
+            kwargs["headers"] = next(header_iter)
         while True:
             try:
                 producer.produce(topic, value, **kwargs)

@@ -24,9 +24,10 @@ def build(env, settings: Settings) -> None:
         settings,
         event_time_field=settings.watermarks.event_time_field,
         extra_required={settings.window.key_field: FieldType.ANY},
+        carry_metadata=False,  # a count is no one input record's: no key, headers to carry
     )
     counts, late = stages.window_counts(stages.records(parsed), settings)
-    stages.kafka_sink(counts, settings)
+    stages.kafka_sink(counts, settings, key_field="key")  # keyed by the window key
     stages.late_record_sink(late, settings)
     stages.dead_letter_sink(settings, bad_records)
 

@@ -325,6 +325,13 @@ class SinkSettings(Model):
     # transaction.max.timeout.ms (900000 by default); Flink's own default (1 h) does not.
     transaction_timeout: int = 600_000
     dead_letter_topic: str | None = None
+    # The output record's Kafka key: null keeps the key of the input record it came from
+    # (window counts: the window key); a JSON field name sets it from that field instead.
+    key_field: str | None = None
+    # Where an output record corresponds to one input record (not window counts), carry
+    # that record's headers and timestamp over; false: no headers, Flink's timestamp.
+    carry_headers: bool = True
+    carry_timestamp: bool = True
     # Largest dead-letter message; null: the producer's max.request.size (kafka.properties,
     # Kafka's default 1 MiB). Larger originals are truncated, their size and digest kept.
     dead_letter_max_bytes: int | None = Field(default=None, ge=16_384)

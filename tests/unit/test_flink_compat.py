@@ -4,6 +4,7 @@ pinned wheel: an upgrade that moves one fails here, not in a running job."""
 from __future__ import annotations
 
 import importlib.metadata
+import struct
 import subprocess
 import sys
 import textwrap
@@ -68,7 +69,13 @@ def test_the_java_members_it_calls_exist():
 def test_project_java_operators_load_and_split_lines_is_typed(env):
     from pyflink.common import Types
 
-    for name in ("SplitLines", "RecordBatcher", "OriginRecordDeserializer", "RawRecordSerializer"):
+    for name in (
+        "SplitLines",
+        "RecordBatcher",
+        "OriginRecordDeserializer",
+        "RawRecordSerializer",
+        "RecordSerializer",
+    ):
         assert _java_class(f"pipelines.flink.{name}") is not None
     stream = env.from_collection(["\x00dead", "alive"], type_info=Types.STRING())
     kept = flink_compat.split_lines(stream, keep_marked=True)
@@ -94,30 +101,80 @@ def test_split_lines_routes_marked_lines_and_strips_the_mark(env):
     assert _split("", keep_marked=False) == []
 
 
-def test_raw_record_serializer_writes_key_value_and_timestamp_unchanged(env):
+def _java_row(*fields):
     from pyflink.java_gateway import get_gateway
 
     gateway = get_gateway()
-    jvm = gateway.jvm
+    array = gateway.new_array(gateway.jvm.java.lang.Object, len(fields))
+    for i, field in enumerate(fields):
+        array[i] = field
+    return gateway.jvm.org.apache.flink.types.Row.of(array)
 
-    def row(*fields):
-        array = gateway.new_array(jvm.java.lang.Object, len(fields))
-        for i, field in enumerate(fields):
-            array[i] = field
-        return jvm.org.apache.flink.types.Row.of(array)
 
+def header_bytes(headers: list[tuple[str, bytes | None]]) -> bytearray:
+    """The encoding jars/src HeaderBytes reads (4-byte lengths, -1 for a null value)."""
+    out = bytearray()
+    for key, value in headers:
+        out += struct.pack(">i", len(key.encode())) + key.encode()
+        out += struct.pack(">i", -1 if value is None else len(value)) + (value or b"")
+    return out
+
+
+def _headers(record) -> list[tuple[str, bytes | None]]:
+    return [
+        (h.key(), None if h.value() is None else bytes(h.value()))
+        for h in record.headers().toArray()
+    ]
+
+
+HEADERS = [("trace", b"\x00\xff"), ("trace", b"again"), ("empty", b""), ("none", None)]
+
+
+def test_raw_record_serializer_writes_key_value_headers_and_timestamp_unchanged(env):
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
     key, value = bytearray(b"k\xff"), bytearray(b"\x00\xfe not utf-8")
     serializer = jvm.pipelines.flink.RawRecordSerializer("out")
-    record = serializer.serialize(row("in", 2, 7, 1_700_000_000_123, key, value), None, None)
+    record = serializer.serialize(
+        _java_row("in", 2, 7, 1_700_000_000_123, key, value, header_bytes(HEADERS)), None, None
+    )
     assert (record.topic(), bytes(record.key()), bytes(record.value()), record.timestamp()) == (
         "out",
         b"k\xff",
         b"\x00\xfe not utf-8",
         1_700_000_000_123,
     )
+    assert _headers(record) == HEADERS  # order, repeats, empty and null values kept
     assert record.partition() is None
-    tombstone = serializer.serialize(row("in", 0, 1, 5, None, None), None, None)
+    tombstone = serializer.serialize(_java_row("in", 0, 1, 5, None, None, None), None, None)
     assert tombstone.key() is None and tombstone.value() is None
+    assert _headers(tombstone) == []
+
+
+def test_record_serializer_writes_the_carried_key_headers_and_timestamp(env):
+    from pyflink.java_gateway import get_gateway
+
+    from pipelines.stages import with_meta
+
+    jvm = get_gateway().jvm
+    line = with_meta(b"k\xff", bytes(header_bytes(HEADERS)), 1_700_000_000_123, '{"id":1,"c":"x"}')
+    carried = jvm.pipelines.flink.RecordSerializer("out", None, True, True).serialize(
+        line, None, 99
+    )
+    assert (bytes(carried.key()), bytes(carried.value()), carried.timestamp()) == (
+        b"k\xff",
+        b'{"id":1,"c":"x"}',
+        1_700_000_000_123,
+    )
+    assert _headers(carried) == HEADERS
+    keyed = jvm.pipelines.flink.RecordSerializer("out", "c", False, False).serialize(line, None, 99)
+    assert (bytes(keyed.key()), keyed.timestamp(), _headers(keyed)) == (b"x", 99, [])
+    no_key = with_meta(None, None, None, '{"id":2}')
+    plain = jvm.pipelines.flink.RecordSerializer("out", None, True, True)
+    for text in (no_key, '{"id":2}'):  # no metadata carried, or none to carry
+        record = plain.serialize(text, None, 99)
+        assert (record.key(), bytes(record.value()), record.timestamp()) == (None, b'{"id":2}', 99)
 
 
 def test_gateway_starts_in_a_group_the_owner_ends():

@@ -15,6 +15,9 @@ import org.apache.flink.util.Collector;
  * partition and offset; a dead-letter record needs them to be traceable, and parsing in
  * Java would fail the job on the first malformed record instead of routing it. So this
  * never parses: it copies bytes and origin, and Python decides what is valid.
+ *
+ * <p>The headers travel as one byte array ({@link HeaderBytes#encode}), null when the
+ * record has none: Python never reads them, only hands them on to the sink.
  */
 public final class OriginRecordDeserializer implements KafkaRecordDeserializationSchema<Row> {
     private static final long serialVersionUID = 1L;
@@ -27,17 +30,21 @@ public final class OriginRecordDeserializer implements KafkaRecordDeserializatio
                 record.offset(),
                 record.timestamp(),
                 record.key(),
-                record.value()));
+                record.value(),
+                HeaderBytes.encode(record.headers())));
     }
 
     @Override
     public TypeInformation<Row> getProducedType() {
         return Types.ROW_NAMED(
-                new String[] {"topic", "partition", "offset", "timestamp", "key", "value"},
+                new String[] {
+                    "topic", "partition", "offset", "timestamp", "key", "value", "headers"
+                },
                 Types.STRING,
                 Types.INT,
                 Types.LONG,
                 Types.LONG,
+                PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO,
                 PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO,
                 PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO);
     }

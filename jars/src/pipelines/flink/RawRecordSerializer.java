@@ -6,7 +6,7 @@ import org.apache.flink.types.Row;
 
 /**
  * Writes the rows {@link OriginRecordDeserializer} reads back to Kafka as they came: the same
- * key bytes, value bytes (a null value stays a tombstone) and record timestamp.
+ * key bytes, value bytes (a null value stays a tombstone), headers and record timestamp.
  *
  * <p>With this on the sink and the deserializer on the source, a copy job never leaves the
  * JVM: no record crosses into Python, nothing is decoded, so the output is byte for byte the
@@ -31,6 +31,7 @@ public final class RawRecordSerializer implements KafkaRecordSerializationSchema
                 recordTime != null && recordTime.longValue() >= 0
                         ? Long.valueOf(recordTime.longValue()) : timestamp,
                 (byte[]) row.getField(4),
-                (byte[]) row.getField(5));
+                (byte[]) row.getField(5),
+                HeaderBytes.decode((byte[]) row.getField(6)));
     }
 }
