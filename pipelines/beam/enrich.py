@@ -28,7 +28,9 @@ def build(pipeline, settings: Settings, expansion_service: str) -> None:
     rows = pipeline | "Read" >> ReadRecords(settings, expansion_service)
     parsed = rows | "Parse" >> ParseRecords(settings)
     enriched = parsed.records | "Enrich" >> EnrichRecords(settings, lookup_client)
-    enriched.enriched | "Write" >> WriteRecords(settings, settings.sink.topic, expansion_service)
+    enriched.enriched | "Write" >> WriteRecords(
+        settings, settings.sink.topic, expansion_service, key_field=settings.sink.key_field
+    )
     (
         (parsed.dead_letters, enriched.dead_letters)
         | "DeadLetters" >> beam.Flatten()

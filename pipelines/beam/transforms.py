@@ -14,6 +14,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines.settings import ConfigError, OffsetReset, Settings, StartMode
 from pipelines.settings.kafka_clients import java_client_properties
+from pipelines.stages import META
 
 DEAD = "dead_letters"
 
@@ -38,7 +39,7 @@ def consumer_config(settings: Settings) -> dict[str, str]:
             f"allowed there: group-offsets, earliest, timestamp"
         )
     return {
-        **java_client_properties(settings.kafka),
+        **java_client_properties(settings.kafka, shaded=False),
         "bootstrap.servers": settings.kafka.bootstrap_servers,
         "group.id": settings.source.group_id,
         "auto.offset.reset": reset,
@@ -102,11 +103,12 @@ class _ParseFn(beam.DoFn):
             record[s.parse.origin_field] = origin_block(
                 row.topic, row.partition, row.offset, row.timestamp
             )
-        yield record
+        yield row.key, record
 
 
 class ParseRecords(beam.PTransform):
-    """Kafka records -> JSON records (dicts); the rest to the `dead_letters` output."""
+    """Kafka records -> (Kafka key, JSON record dict); the rest to the `dead_letters`
+    output."""
 
     def __init__(self, settings: Settings):
         super().__init__()
@@ -152,19 +154,19 @@ class _EnrichBatchFn(beam.DoFn):
     def _flush(self):
         from apache_beam.utils.windowed_value import WindowedValue
 
-        from pipelines.stages import DEAD_MARK
+        from pipelines.stages import DEAD_MARK, with_meta
 
         batch, self.buffer = self.buffer, []
         if not batch:
             return
-        texts = self.loop.run_until_complete(self._all_of([r for r, _, _ in batch]))
-        for text, (_, timestamp, window) in zip(texts, batch):
+        texts = self.loop.run_until_complete(self._all_of([r for (_, r), _, _ in batch]))
+        for text, ((key, _), timestamp, window) in zip(texts, batch):
             if text.startswith(DEAD_MARK):
                 yield beam.pvalue.TaggedOutput(
                     DEAD, WindowedValue(text[len(DEAD_MARK) :], timestamp, [window])
                 )
-            else:
-                yield WindowedValue(text, timestamp, [window])
+            else:  # the input record's key travels with it, as in the PyFlink job
+                yield WindowedValue(with_meta(key, None, None, text), timestamp, [window])
         for name, count in self.enricher.stats.counts.items():
             if count != self.reported[name]:
                 self.counters[name].inc(count - self.reported[name])
@@ -193,15 +195,32 @@ class EnrichRecords(beam.PTransform):
 
 
 class _ToKafkaRecord(beam.DoFn):
-    def __init__(self, counter: str):
+    """(key, value) bytes for KafkaIO: the key the record carries (pipelines.stages.META) or
+    its `key_field`. Beam's Python WriteToKafka writes no headers or record timestamps, and
+    its bytes coder takes no null key: a record without one gets the empty key."""
+
+    def __init__(self, counter: str, key_field: str | None):
         self.counter_name = counter
+        self.key_field = key_field
 
     def setup(self):
         self.written = Metrics.counter("write", self.counter_name)
 
     def process(self, text: str):
+        import base64
+
+        from pipelines import jsontext
+        from pipelines.stages import split_meta
+
         self.written.inc()
-        yield b"", text.encode("utf-8")
+        meta, text = split_meta(text)
+        key = b""
+        if self.key_field:
+            value = jsontext.loads(text).get(self.key_field)
+            key = (value if isinstance(value, str) else jsontext.dumps(value)).encode()
+        elif meta and meta[1] != "~":
+            key = base64.b64decode(meta[1 : meta.index(META, 1)])
+        yield key, text.encode("utf-8")
 
 
 class WriteRecords(beam.PTransform):
@@ -209,11 +228,17 @@ class WriteRecords(beam.PTransform):
     no exactly-once mode on these runners)."""
 
     def __init__(
-        self, settings: Settings, topic: str, expansion_service: str, counter: str = "records"
+        self,
+        settings: Settings,
+        topic: str,
+        expansion_service: str,
+        counter: str = "records",
+        key_field: str | None = None,
     ):
         super().__init__()
         self.settings = settings
         self.topic = topic
+        self.key_field = key_field
         self.expansion_service = expansion_service
         self.counter = counter
 
@@ -221,13 +246,15 @@ class WriteRecords(beam.PTransform):
         from apache_beam.io.kafka import WriteToKafka
 
         producer = {
-            **java_client_properties(self.settings.kafka),
+            **java_client_properties(self.settings.kafka, shaded=False),
             "bootstrap.servers": self.settings.kafka.bootstrap_servers,
         }
         return (
             texts
             | "ToKafkaRecord"
-            >> beam.ParDo(_ToKafkaRecord(self.counter)).with_output_types(tuple[bytes, bytes])
+            >> beam.ParDo(_ToKafkaRecord(self.counter, self.key_field)).with_output_types(
+                tuple[bytes, bytes]
+            )
             | WriteToKafka(
                 producer_config=producer, topic=self.topic, expansion_service=self.expansion_service
             )

@@ -21,6 +21,7 @@ from pipelines.devtools.topics import (
     end_offsets,
     produce,
     read_all,
+    read_messages,
 )
 from tests.support import CLI, Started, process_tree, run_cli, topic_args, wait_gone
 
@@ -95,7 +96,8 @@ def test_bounded_run_on_the_direct_runner_is_exact_and_a_rerun_resumes(
 ):
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     values = demo_values(TOTAL, bad_every=BAD_EVERY)
-    produce(kafka, names("in"), values)
+    keys = [f"user-{i}".encode() for i in range(TOTAL)]
+    produce(kafka, names("in"), values, keys=keys)
     bounded = ("beam.runner=direct", "beam.streaming=false", f"beam.max_records={TOTAL}")
     run_cli(
         "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service, *bounded), timeout=400
@@ -103,6 +105,16 @@ def test_bounded_run_on_the_direct_runner_is_exact_and_a_rerun_resumes(
     good, bad = expected(values)
     out, dead = read_back(kafka, names)
     check_exact(out, dead, good, bad, "direct, bounded")
+    # Each output keeps its input record's key, as the PyFlink job's do.
+    by_offset = {
+        (
+            json.loads(m.value())["_origin"]["partition"],
+            json.loads(m.value())["_origin"]["offset"],
+        ): m.key()
+        for m in read_messages(kafka, names("out"))
+    }
+    sent = {(i % 3, i // 3): key for i, key in enumerate(keys)}  # produced round-robin
+    assert all(key == sent[origin] for origin, key in by_offset.items())
     # commit_offset_in_finalize: the group's offsets are the end of what was read.
     assert committed_offsets(kafka, names("group"), names("in")) == end_offsets(kafka, names("in"))
 

@@ -49,19 +49,3 @@ def test_flink_run_on_standalone_cluster_copies_topic_exactly(kafka, names, flin
     )
     got = [v.decode() for v in read_all(kafka, names("out"), isolation="read_committed")]
     assert sorted(got) == sorted(_expected(700))
-
-
-def test_keys_and_timestamps_are_copied_as_they_were(kafka, names):
-    from pipelines.devtools.topics import read_messages
-
-    count = 300
-    values = [f"record-{i}".encode() for i in range(count)]
-    keys = [None if i % 7 == 0 else bytes([i % 256, 0xFF]) + b"key" for i in range(count)]
-    stamps = [1_764_000_000_000 + i * 1000 for i in range(count)]
-    create_topics(kafka, {names("in"): 3, names("out"): 3})
-    produce(kafka, names("in"), values, keys=keys, timestamps=stamps)
-
-    run_cli("run", "passthrough", *_job_args(names, kafka))
-
-    got = {(m.value(), m.key(), m.timestamp()[1]) for m in read_messages(kafka, names("out"))}
-    assert got == set(zip(values, keys, stamps))

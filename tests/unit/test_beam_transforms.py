@@ -20,6 +20,7 @@ from pipelines.beam.transforms import (
 )
 from pipelines.lookups import PermanentLookupError
 from pipelines.settings import ConfigError, load_settings
+from pipelines.stages import split_meta
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +59,8 @@ def test_parse_and_enrich_give_records_and_dead_letters_with_reasons():
         enriched = parsed.records | "Enrich" >> EnrichRecords(s, tier_table)
         assert_that(
             enriched.enriched
-            | beam.Map(lambda t: (json.loads(t)["id"], json.loads(t)["enrichment"])),
+            | beam.Map(lambda t: json.loads(split_meta(t)[1]))
+            | beam.Map(lambda r: (r["id"], r["enrichment"])),
             equal_to([(0, {"tier": "gold"}), (1, {"tier": "gold"})]),
             label="enriched",
         )
@@ -86,7 +88,7 @@ def test_records_keep_their_origin():
     with TestPipeline() as p:
         parsed = p | beam.Create(rows(b'{"id": 7, "company": "acme"}')) | ParseRecords(s)
         assert_that(
-            parsed.records | beam.Map(lambda r: r["_origin"]),
+            parsed.records | beam.Map(lambda key_record: key_record[1]["_origin"]),
             equal_to([{"topic": "in", "partition": 0, "offset": 0, "timestamp": 1000}]),
         )
 
