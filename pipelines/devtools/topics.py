@@ -81,12 +81,14 @@ def produce(
     timestamps: Iterable[int] | None = None,
     keys: Iterable[bytes | str | None] | None = None,
     headers: Iterable[list[tuple[str, bytes | None]]] | None = None,
+    round_robin: bool | None = None,
 ) -> int:
     """Produce values in order: to one partition when given, else round-robin over all
-    partitions (a sticky partitioner would put a fast burst on one). Returns the count."""
+    partitions (a sticky partitioner would put a fast burst on one), or with `keys` by the
+    key's hash unless `round_robin`. Returns the count."""
     producer = Producer(client_conf(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
     spread = None
-    if partition is None and keys is None:
+    if partition is None and (keys is None if round_robin is None else round_robin):
         spread = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
     stamps = iter(timestamps) if timestamps is not None else None
     key_iter = iter(keys) if keys is not None else None

@@ -97,7 +97,7 @@ def test_bounded_run_on_the_direct_runner_is_exact_and_a_rerun_resumes(
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     values = demo_values(TOTAL, bad_every=BAD_EVERY)
     keys = [f"user-{i}".encode() for i in range(TOTAL)]
-    produce(kafka, names("in"), values, keys=keys)
+    produce(kafka, names("in"), values, keys=keys, round_robin=True)
     bounded = ("beam.runner=direct", "beam.streaming=false", f"beam.max_records={TOTAL}")
     run_cli(
         "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service, *bounded), timeout=400
