@@ -160,7 +160,7 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(
     # Kafka's transactions tool shows it, until a job with the same prefix takes over.
     lso, hwm = end_offsets(kafka, names("out"), "read_committed"), end_offsets(kafka, names("out"))
     assert any(lso[p] < hwm[p] for p in hwm), (lso, hwm)
-    listing = run_cli("kafka", "--bootstrap-server", kafka, "transactions", "list").stdout
+    listing = run_cli("kafka", "transactions", "--bootstrap-server", kafka, "list").stdout
     assert re.search(rf"{names('tx')}-\S+\s+\d+\s+\d+\s+Ongoing", listing), listing
     enrichment_service.configure(latency_ms=5)
     resumed = resume_until_complete(kafka, names, *job, "--from-checkpoint", "latest")
