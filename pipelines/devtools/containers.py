@@ -245,6 +245,7 @@ def ensure_kafka_image() -> str:
     docker(
         "build",
         "-q",
+        "--force-rm",  # a failed build leaves no stopped container behind
         "--build-arg",
         f"BASE={base}",
         "--label",
@@ -343,6 +344,7 @@ def build_deploy_image(
     docker(
         "build",
         "-q",
+        "--force-rm",  # a failed build leaves no stopped container behind
         "-f",
         str(DEPLOY_DOCKERFILE),
         "--build-arg",
