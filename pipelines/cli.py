@@ -29,6 +29,15 @@ def job_parser(sub, name: str, help_text: str) -> argparse.ArgumentParser:
     return job_arguments(parser)
 
 
+def job_config_arguments(parser: argparse.ArgumentParser, job_help: str) -> None:
+    """--job (optional) with --env and --set as for `run`: for commands that can connect
+    as a job does; `load(args.job, args)` reads them."""
+    parser.add_argument("--job", help=f"{job_help} (--env and --set as for `run`)")
+    parser.add_argument("--env", help="config overlay for --job: conf/<env>/<job>.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.set_defaults(conf_dir=None)
+
+
 def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipelines", description=description)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,14 +88,8 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     beam_sub.add_parser("setup", help="resolve Beam's Java side (mvn) and build Prism (go)")
 
     offsets = sub.add_parser("offsets", help="a consumer group's committed offsets and lag")
-    offsets.add_argument(
-        "--job",
-        help="take the broker (with its TLS and SASL), group and topics from this job's "
-        "config (--env and --set as for `run`)",
-    )
-    offsets.add_argument("--env", help="config overlay for --job")
-    offsets.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
+    job_config_arguments(
+        offsets, "take the broker (with its TLS and SASL), group and topics from this job's config"
     )
     offsets.add_argument("--group", help="required without --job")
     offsets.add_argument("--topic", action="append", default=[])
@@ -211,7 +214,6 @@ def _offsets(args) -> int:
     if args.job:
         from pipelines.settings.kafka_clients import librdkafka_config
 
-        args.conf_dir = None
         settings = load(args.job, args).settings
         broker = librdkafka_config(settings.kafka)  # TLS and SASL as the job connects
         if args.bootstrap:

@@ -45,8 +45,16 @@ def split_meta(line: str) -> tuple[str, str]:
     """(the metadata prefix, or "", the JSON text) of a record line."""
     if not line.startswith(META):
         return "", line
-    end = line.index(META, line.index(META, line.index(META, 1) + 1) + 1)
-    return line[: end + 1], line[end + 1 :]
+    text = line.split(META, 4)[4]
+    return line[: len(line) - len(text)], text
+
+
+def key_of(meta: str) -> bytes | None:
+    """The Kafka key a metadata prefix (`split_meta`) carries; None when none."""
+    if not meta:
+        return None
+    key = meta.split(META, 2)[1]
+    return None if key == "~" else base64.b64decode(key)
 
 
 def join_lines(texts) -> str:

@@ -14,7 +14,6 @@ from apache_beam.metrics import Metrics
 
 from pipelines.settings import ConfigError, OffsetReset, Settings, StartMode
 from pipelines.settings.kafka_clients import java_client_properties
-from pipelines.stages import META
 
 DEAD = "dead_letters"
 
@@ -207,19 +206,16 @@ class _ToKafkaRecord(beam.DoFn):
         self.written = Metrics.counter("write", self.counter_name)
 
     def process(self, text: str):
-        import base64
-
         from pipelines import jsontext
-        from pipelines.stages import split_meta
+        from pipelines.stages import key_of, split_meta
 
         self.written.inc()
         meta, text = split_meta(text)
-        key = b""
         if self.key_field:
             value = jsontext.loads(text).get(self.key_field)
             key = (value if isinstance(value, str) else jsontext.dumps(value)).encode()
-        elif meta and meta[1] != "~":
-            key = base64.b64decode(meta[1 : meta.index(META, 1)])
+        else:
+            key = key_of(meta) or b""
         yield key, text.encode("utf-8")
 
 

@@ -66,14 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="a plaintext broker to ask (default: the local broker, or --job's)",
     )
-    transactions.add_argument(
-        "--job",
-        help="connect as this job does: its kafka settings (bootstrap, TLS, SASL), with "
-        "--env and --set as for `run`",
-    )
-    transactions.add_argument("--env", help="config overlay for --job: conf/<env>/<job>.yaml")
-    transactions.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
+    cli.job_config_arguments(
+        transactions, "connect as this job does: its kafka settings (bootstrap, TLS, SASL)"
     )
     transactions.add_argument(
         "tool_args",
@@ -186,7 +180,6 @@ def _kafka(args) -> int:
             if args.job:
                 from pipelines.settings.kafka_clients import java_client_properties
 
-                args.conf_dir = None
                 kafka = load(args.job, args).settings.kafka
                 bootstrap = bootstrap or kafka.bootstrap_servers
                 properties = java_client_properties(kafka, shaded=False)

@@ -21,6 +21,7 @@ from pipelines.settings.schema import (
     SaslMechanism,
     StoreType,
 )
+from pipelines.settings.secrets import is_secret_key
 from pipelines.settings.values import ConfigError
 
 if TYPE_CHECKING:
@@ -147,47 +148,69 @@ def _stamp(*parts: str | bytes) -> str:
     return h.hexdigest()[:20]
 
 
+def _converted(key: str, location: str, secret, as_is: bool, name: str, convert) -> Path:
+    """The store at `location` as librdkafka reads it: itself when `as_is`, else
+    `convert(source, password, out)` once into a file named by the store's content and
+    password (cached in a directory only this user can read)."""
+    source = Path(location).expanduser()
+    if not source.is_file():
+        raise ConfigError(f"{key}: {source} does not exist")
+    if as_is:
+        return source
+    password = secret.get_secret_value() if secret else ""
+    out = _converted_dir() / name.format(_stamp(source.read_bytes(), password))
+    if not out.is_file():
+        convert(source, password, out)
+    return out
+
+
 def pem_truststore(sec: KafkaSecurity) -> Path:
     """The truststore as PEM for librdkafka: as it is, or its certificates exported with
-    keytool (cached by content, in a directory only this user can read)."""
+    keytool."""
     key = "kafka.security.ssl_truststore_location"
-    location = Path(sec.ssl_truststore_location).expanduser()
-    if not location.is_file():
-        raise ConfigError(f"{key}: {location} does not exist")
-    if sec.truststore_type() is StoreType.PEM:
-        return location
-    password = sec.ssl_truststore_password.get_secret_value() if sec.ssl_truststore_password else ""
-    out = _converted_dir() / f"truststore-{_stamp(location.read_bytes(), password)}.pem"
-    if not out.is_file():
-        args = ["-list", "-rfc", "-keystore", str(location)]
-        args += ["-storetype", sec.truststore_type().value]
-        args += ["-storepass", password] if password else ["-storepass", ""]
-        listing = _keytool(*args, key=key)
+    kind = sec.truststore_type()
+
+    def export(source: Path, password: str, out: Path) -> None:
+        listing = _keytool(
+            "-list", "-rfc", "-keystore", str(source),
+            "-storetype", kind.value, "-storepass", password,
+            key=key,
+        )  # fmt: skip
         blocks = _pem_blocks(listing)
         if not blocks:
-            raise ConfigError(f"{key}: {location} holds no certificate")
+            raise ConfigError(f"{key}: {source} holds no certificate")
         out.write_text("".join(blocks))
-    return out
+
+    return _converted(
+        key,
+        sec.ssl_truststore_location,
+        sec.ssl_truststore_password,
+        kind is StoreType.PEM,
+        "truststore-{}.pem",
+        export,
+    )
 
 
 def pkcs12_keystore(sec: KafkaSecurity) -> Path:
     """The keystore as PKCS12 for librdkafka (which reads no JKS)."""
     key = "kafka.security.ssl_keystore_location"
-    location = Path(sec.ssl_keystore_location).expanduser()
-    if not location.is_file():
-        raise ConfigError(f"{key}: {location} does not exist")
-    if sec.keystore_type() is StoreType.PKCS12:
-        return location
-    password = sec.ssl_keystore_password.get_secret_value() if sec.ssl_keystore_password else ""
-    out = _converted_dir() / f"keystore-{_stamp(location.read_bytes(), password)}.p12"
-    if not out.is_file():
+
+    def to_pkcs12(source: Path, password: str, out: Path) -> None:
         _keytool(
-            "-importkeystore", "-noprompt", "-srckeystore", str(location),
+            "-importkeystore", "-noprompt", "-srckeystore", str(source),
             "-srcstoretype", "JKS", "-srcstorepass", password,
             "-destkeystore", str(out), "-deststoretype", "PKCS12", "-deststorepass", password,
             key=key,
         )  # fmt: skip
-    return out
+
+    return _converted(
+        key,
+        sec.ssl_keystore_location,
+        sec.ssl_keystore_password,
+        sec.keystore_type() is StoreType.PKCS12,
+        "keystore-{}.p12",
+        to_pkcs12,
+    )
 
 
 def _pem_blocks(text: str) -> list[str]:
@@ -204,9 +227,6 @@ def _pem_blocks(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ property conflicts
-
-SECRET_PROPERTIES = {"sasl.jaas.config", "ssl.truststore.password", "ssl.keystore.password",
-                     "ssl.key.password"}  # fmt: skip
 
 
 def owned_properties(settings: "Settings", section: str) -> dict[str, tuple[str, str | None]]:
@@ -269,7 +289,7 @@ def property_conflicts(settings: "Settings") -> list[tuple[str, str]]:
             typed, expected = owned[prop]
             if expected is not None and value == expected:
                 continue  # says what the typed setting says: redundant, not a conflict
-            if prop in SECRET_PROPERTIES:
+            if is_secret_key(prop):
                 shown, typed_shown = "(a secret)", ""
             else:
                 shown = repr(value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import Enum
+from pathlib import PurePath
 from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -53,7 +54,7 @@ def _store_type(location: str | None, given: StoreType | None, key: str) -> Stor
         return None
     if given is not None:
         return given
-    suffix = "." + location.rsplit(".", 1)[-1].lower() if "." in location else ""
+    suffix = PurePath(location).suffix.lower()
     if suffix not in STORE_SUFFIXES:
         raise ValueError(
             f"{key}_location {location!r}: set {key}_type (JKS, PKCS12 or PEM); the file "
