@@ -108,6 +108,84 @@ class ProcessGroups:
         return [pid for pid, pgid in _process_groups().items() if pgid in self.groups]
 
 
+def start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/<pid>/stat field 22): with the pid,
+    it names one process; a reused pid has another start time."""
+    fields = proc_stats_of(pid)
+    return int(fields[19]) if fields and fields[0] != "Z" else None
+
+
+def proc_stats_of(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _mentions(pid: int, marker: bytes) -> bool:
+    """Whether `marker` is in the process's command line or environment (a Flink daemon's
+    FLINK_CONF_DIR, inherited by the Python workers it starts)."""
+    for part in ("cmdline", "environ"):
+        try:
+            if marker in Path(f"/proc/{pid}/{part}").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+class PidFile:
+    """A pid file that names one process: its pid, its start time and a marker of its
+    command line. `live()` answers only for that process; a file left by a process that
+    is gone, or whose pid now belongs to another program, is removed with a line saying
+    so, and nothing is signalled."""
+
+    def __init__(self, path: Path, marker: str, what: str):
+        self.path, self.marker, self.what = path, marker.encode(), what
+
+    def write(self, pid: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(f"{pid} {start_time(pid) or 0}\n")
+
+    def live(self) -> int | None:
+        try:
+            fields = self.path.read_text().split()
+        except OSError:
+            return None
+        try:
+            pid, started = int(fields[0]), int(fields[1]) if len(fields) > 1 else None
+        except (ValueError, IndexError):
+            return self._stale("it holds no pid")
+        now = start_time(pid)
+        if now is None:
+            return self._stale(f"pid {pid} is not running")
+        if (started is not None and now != started) or not _mentions(pid, self.marker):
+            return self._stale(f"pid {pid} is another process now")
+        return pid
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def _stale(self, why: str) -> None:
+        import logging
+
+        logging.getLogger(__name__).info(
+            f"{self.what}: removed the stale pid file {self.path} ({why}); nothing signalled"
+        )
+        self.remove()
+        return None
+
+
+def groups_of_ours(pgids: list[int], marker: str) -> list[int]:
+    """The groups among `pgids` that still hold a live process mentioning `marker`: a group
+    id recorded long ago may belong to another program's processes now."""
+    members: dict[int, list[int]] = {}
+    for pid, fields in proc_stats().items():
+        if fields[0] != "Z":
+            members.setdefault(int(fields[2]), []).append(pid)
+    return [g for g in pgids if any(_mentions(p, marker.encode()) for p in members.get(g, ()))]
+
+
 def _package_parent() -> str:
     here = str(Path(__file__).resolve().parent.parent)
     existing = os.environ.get("PYTHONPATH")

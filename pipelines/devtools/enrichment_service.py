@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.paths import local_state
+from pipelines.processes import PidFile
 from pipelines.settings import parse_duration_ms
 
 log = logging.getLogger(__name__)
@@ -156,8 +157,12 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def pid_file(self) -> Path:
-        return self.state_dir / f"service-{self.port}.pid"
+    def pid_file(self) -> PidFile:
+        return PidFile(
+            self.state_dir / f"service-{self.port}.pid",
+            "pipelines.devtools.enrichment_service",
+            "enrich  ",
+        )
 
     def _get(self, path: str, timeout: float = 1.0) -> dict | None:
         try:
@@ -216,7 +221,7 @@ class Service:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self.pid_file.write_text(str(proc.pid))
+        self.pid_file.write(proc.pid)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -233,16 +238,15 @@ class Service:
         raise ServiceError(f"the enrichment service did not answer at {self.url} in {wait_s:.0f}s")
 
     def down(self) -> None:
-        try:
-            pid = int(self.pid_file.read_text())
-            os.kill(pid, signal.SIGTERM)
-        except (OSError, ValueError):
+        pid = self.pid_file.live()
+        if pid is None:
             log.info("enrich   not running")
             return
+        os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self.healthy():
             time.sleep(0.1)
-        self.pid_file.unlink(missing_ok=True)
+        self.pid_file.remove()
         log.info("enrich   stopped")
 
     def status(self) -> str:

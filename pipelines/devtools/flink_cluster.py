@@ -22,7 +22,7 @@ import yaml
 
 from pipelines.flink_run import flink_home
 from pipelines.paths import local_state
-from pipelines.processes import end_groups, group_alive
+from pipelines.processes import end_groups, group_alive, groups_of_ours
 
 log = logging.getLogger(__name__)
 
@@ -160,15 +160,32 @@ class Cluster:
         # stop-cluster.sh stops the daemons it has pid files for; a TaskManager's Python
         # workers outlive a TaskManager that died (they were seen with parent PID 1 long
         # after the run). Everything the scripts started shares their process groups.
-        if self.groups_file.is_file():
-            groups = [int(g) for g in self.groups_file.read_text().split()]
-            end_groups([g for g in groups if group_alive(g)])
-            self.groups_file.unlink()
+        groups = self.recorded_groups()
+        if groups:
+            end_groups(groups)
+        self.groups_file.unlink(missing_ok=True)
         log.info("flink    stopped")
 
     @property
     def groups_file(self) -> Path:
         return self.conf_dir.parent / "process-groups"
+
+    def recorded_groups(self) -> list[int]:
+        """The recorded process groups that are still this cluster's: a live member names
+        its conf dir (the daemons' command lines, the Python workers' FLINK_CONF_DIR). A
+        group id that now belongs to another program is left alone, with a line saying so."""
+        try:
+            recorded = [int(g) for g in self.groups_file.read_text().split()]
+        except (OSError, ValueError):
+            return []
+        ours = groups_of_ours(recorded, str(self.conf_dir))
+        stale = [g for g in recorded if g not in ours and group_alive(g)]
+        if stale:
+            log.info(
+                f"flink    left alone process group(s) {', '.join(map(str, stale))} of "
+                f"{self.groups_file}: no longer this cluster's"
+            )
+        return ours
 
     def _start_daemons(self, script: str, *args: str) -> tuple[int, str]:
         """Run a Flink start script in a session of its own: the daemons it forks keep that
@@ -182,9 +199,10 @@ class Cluster:
             start_new_session=True,
         )
         _, err = proc.communicate(timeout=120)
+        # Only the groups still ours are kept: the file does not grow run after run.
+        live = [g for g in self.recorded_groups() if g != proc.pid]
         self.groups_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.groups_file.open("a") as groups:
-            groups.write(f"{proc.pid}\n")
+        self.groups_file.write_text("".join(f"{g}\n" for g in [*live, proc.pid]))
         return proc.returncode, err
 
     def status(self) -> str:

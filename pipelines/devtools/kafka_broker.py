@@ -19,6 +19,7 @@ from pathlib import Path
 from pipelines.devtools.ports import port_free
 from pipelines.kafka_clients import quiet_logger
 from pipelines.paths import PROJECT_ROOT, local_state
+from pipelines.processes import PidFile, start_time
 
 log = logging.getLogger(__name__)
 
@@ -209,19 +210,9 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        return pid if b"kafka.Kafka" in cmdline else None
+        """The broker this checkout started, if it still runs (never another process that
+        took its pid since)."""
+        return PidFile(self.pid_file, "kafka.Kafka", "kafka   ").live()
 
     def ready(self, timeout: float = 2.0) -> bool:
         return broker_answers(self.bootstrap, timeout)
@@ -275,7 +266,7 @@ class Broker:
                 start_new_session=True,
                 cwd=self.state_dir,
             )
-        self.pid_file.write_text(str(proc.pid))
+        PidFile(self.pid_file, "kafka.Kafka", "kafka   ").write(proc.pid)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -303,14 +294,16 @@ class Broker:
         if not pid:
             log.info("kafka    not running")
             return
+        started = start_time(pid)
         os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and self.pid():
+        while time.monotonic() < deadline and start_time(pid) == started:
             time.sleep(0.2)
-        if self.pid():
+        if start_time(pid) == started:
             os.kill(pid, signal.SIGKILL)
-            while self.pid():
+            while start_time(pid) == started:
                 time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
         _wait_port_free(self.port, 10)
         log.info(f"kafka    stopped (pid {pid})")
 

@@ -1,0 +1,93 @@
+"""`down` commands signal only what this checkout started: a pid file or group list left
+behind whose ids now belong to other programs is removed with a line, and nothing else is
+touched. The stand-in "other programs" are real processes (`sleep`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+
+import pytest
+
+from pipelines.devtools.enrichment_service import Service
+from pipelines.devtools.flink_cluster import Cluster
+from pipelines.devtools.kafka_broker import Broker
+from pipelines.processes import PidFile, start_time
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def bystander():
+    """A process that is not ours, in a session of its own."""
+    proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_enrichment_down_leaves_a_process_that_took_the_recorded_pid(
+    tmp_path, bystander, caplog
+):
+    service = Service(port=1, state_dir=tmp_path)
+    service.pid_file.path.write_text(f"{bystander.pid} {start_time(bystander.pid)}\n")
+    with caplog.at_level(logging.INFO):
+        service.down()
+    assert bystander.poll() is None, "a process that is not the service was signalled"
+    assert not service.pid_file.path.exists()
+    assert f"pid {bystander.pid} is another process now" in caplog.text
+    assert "removed the stale pid file" in caplog.text
+
+
+def test_broker_pid_file_of_a_gone_process_is_removed_not_a_traceback(tmp_path, caplog):
+    broker = Broker(state_dir=tmp_path)
+    broker.pid_file.write_text(f"{_dead_pid()}\n")  # the old format: a pid only
+    with caplog.at_level(logging.INFO):
+        broker.down()
+    assert not broker.pid_file.exists()
+    assert "is not running" in caplog.text
+    assert "kafka    not running" in caplog.text
+
+
+def test_a_recorded_start_time_tells_a_reused_pid_from_the_process_that_wrote_it(
+    tmp_path, caplog
+):
+    # Same pid, same command, other start time: what a reboot or pid wrap-around leaves.
+    proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        pid_file = PidFile(tmp_path / "x.pid", "sleep", "test")
+        pid_file.write(proc.pid)
+        assert pid_file.live() == proc.pid
+        pid_file.path.write_text(f"{proc.pid} {start_time(proc.pid) - 1}\n")
+        with caplog.at_level(logging.INFO):
+            assert pid_file.live() is None
+        assert "is another process now" in caplog.text
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cluster_groups_are_ended_only_when_they_are_still_the_clusters(tmp_path, bystander):
+    cluster = Cluster(state_dir=tmp_path)
+    cluster.conf_dir.mkdir(parents=True)
+    # A group that is the cluster's: a daemon (here a stand-in) whose environment names
+    # the cluster's conf dir, as the Flink daemons' and their Python workers' do.
+    ours = subprocess.Popen(
+        ["sleep", "120"],
+        start_new_session=True,
+        env={**os.environ, "FLINK_CONF_DIR": str(cluster.conf_dir)},
+    )
+    try:
+        cluster.groups_file.write_text(f"{bystander.pid}\n{ours.pid}\n{_dead_pid()}\n")
+        assert cluster.recorded_groups() == [ours.pid]
+    finally:
+        os.killpg(ours.pid, signal.SIGKILL)
+        ours.wait()
