@@ -64,7 +64,9 @@ def ci_tree(tmp_path):
 
 
 def _lines(log: Path, prefix: str) -> list[str]:
-    return [line.split(" ", 1)[1] for line in log.read_text().splitlines() if line.startswith(prefix)]
+    return [
+        line.split(" ", 1)[1] for line in log.read_text().splitlines() if line.startswith(prefix)
+    ]
 
 
 def _alive(pid: int) -> bool:

@@ -34,9 +34,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_enrichment_down_leaves_a_process_that_took_the_recorded_pid(
-    tmp_path, bystander, caplog
-):
+def test_enrichment_down_leaves_a_process_that_took_the_recorded_pid(tmp_path, bystander, caplog):
     service = Service(port=1, state_dir=tmp_path)
     service.pid_file.path.write_text(f"{bystander.pid} {start_time(bystander.pid)}\n")
     with caplog.at_level(logging.INFO):
@@ -57,9 +55,7 @@ def test_broker_pid_file_of_a_gone_process_is_removed_not_a_traceback(tmp_path, 
     assert "kafka    not running" in caplog.text
 
 
-def test_a_recorded_start_time_tells_a_reused_pid_from_the_process_that_wrote_it(
-    tmp_path, caplog
-):
+def test_a_recorded_start_time_tells_a_reused_pid_from_the_process_that_wrote_it(tmp_path, caplog):
     # Same pid, same command, other start time: what a reboot or pid wrap-around leaves.
     proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
