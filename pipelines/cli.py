@@ -87,6 +87,18 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     job_parser(beam_sub, "run", "run a Beam pipeline locally (Prism or DirectRunner)")
     beam_sub.add_parser("setup", help="resolve Beam's Java side (mvn) and build Prism (go)")
 
+    flink_jobs = sub.add_parser(
+        "jobs", help="jobs on a Flink JobManager: list, stop with a savepoint, cancel"
+    )
+    flink_jobs.add_argument("action", nargs="?", default="list", choices=["list", "stop", "cancel"])
+    flink_jobs.add_argument("job", nargs="?", help="stop/cancel: a job id, or a running job's name")
+    flink_jobs.add_argument(
+        "--jobmanager", metavar="HOST:PORT", help="default: the local cluster's (127.0.0.1:8081)"
+    )
+    flink_jobs.add_argument(
+        "--savepoint-dir", help="stop: where the savepoint goes (default: the job's config's)"
+    )
+
     offsets = sub.add_parser("offsets", help="a consumer group's committed offsets and lag")
     job_config_arguments(
         offsets, "take the broker (with its TLS and SASL), group and topics from this job's config"
@@ -234,6 +246,40 @@ def _offsets(args) -> int:
         time.sleep(args.watch)
 
 
+def _jobs(args) -> int:
+    from datetime import datetime
+
+    from pipelines.jobmanager import DEFAULT_JOBMANAGER, JobManager
+
+    jm = JobManager(args.jobmanager or DEFAULT_JOBMANAGER)
+    if args.action == "list":
+        jobs = jm.jobs()
+        if not jobs:
+            print(f"no jobs at {jm.url}")
+        for job in jobs:
+            started = datetime.fromtimestamp(job.start_time / 1000).strftime("%Y-%m-%d %H:%M:%S")
+            prefix = f"  prefix {job.prefix}" if job.prefix else ""
+            print(f"{job.id}  {job.state:<11} {started}  {job.name}{prefix}")
+        return 0
+    if not args.job:
+        raise Failure(f"jobs {args.action}: give a job id or name (`pipelines jobs` lists them)")
+    job = jm.find(args.job)
+    if not job.active:
+        raise Failure(
+            f"job {job.name} ({job.id}) is {job.state} at {jm.url}: nothing to {args.action}"
+        )
+    if args.action == "cancel":
+        state = jm.cancel(job.id)
+        print(f"job {job.name} ({job.id}) {state.lower()}; its retained checkpoints stay")
+        return 0
+    location = jm.stop_with_savepoint(job.id, args.savepoint_dir or job.savepoint_dir)
+    print(f"job {job.name} ({job.id}) stopped")
+    print(f"savepoint written to {location}")
+    name = job.job or job.name
+    print(f"resume with: pipelines submit {name} --from-checkpoint {location}")
+    return 0
+
+
 def _beam(args) -> int:
     if args.beam_command == "setup":
         from pipelines.beam.java import BeamSetupError, ensure_java, ensure_prism
@@ -259,6 +305,7 @@ HANDLERS = {
     "new": _new,
     "jars": _jars,
     "offsets": _offsets,
+    "jobs": _jobs,
 }
 
 

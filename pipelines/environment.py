@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from pipelines import jars, paths
+from pipelines.jobmanager import JOB_PARAMETER, PREFIX_PARAMETER, SAVEPOINT_PARAMETER
 from pipelines.settings import RestartStrategy, Retention, Settings
 
 
@@ -18,18 +20,28 @@ def _ms(value: int) -> str:
 
 
 def checkpoint_dir(settings: Settings) -> str:
-    """`checkpoint.storage` for this job, or (unset) .local/checkpoints/<job> of the
-    checkout or package it runs from: resolved here, at run time, never written into a
-    packaged config."""
-    uri = settings.checkpoint.storage or "file://" + str(paths.local_state("checkpoints", "{job}"))
+    """`checkpoint.storage` for this job, or (unset) `checkpoints/<job>` under the state
+    root (paths.state_root: never inside a package, which a later `package` replaces):
+    resolved here, at run time, never written into a packaged config."""
+    uri = settings.checkpoint.storage or "file://" + str(paths.state_root() / "checkpoints/{job}")
     return uri.replace("{job}", settings.job.name)
 
 
 def savepoint_dir(settings: Settings) -> str:
-    uri = settings.checkpoint.savepoints or "file://" + str(
-        paths.local_state("savepoints", "{job}")
-    )
+    uri = settings.checkpoint.savepoints or "file://" + str(paths.state_root() / "savepoints/{job}")
     return uri.replace("{job}", settings.job.name)
+
+
+def transactional_identity(settings: Settings) -> str:
+    """What makes two running copies of a job collide: the sink's transactional-id prefix
+    (exactly-once), else the job's name."""
+    return settings.sink.transactional_id_prefix or f"job:{settings.job.name}"
+
+
+def _flink_map(entries: dict[str, str]) -> str:
+    """A Flink map option's text, `k:v,...`: values are percent-encoded (Flink's splitter
+    takes no `:` or `,` inside an entry), and pipelines.jobmanager decodes them."""
+    return ",".join(f"{k}:{quote(v, safe='')}" for k, v in entries.items())
 
 
 FLINK_DEFAULT_BUNDLE_SIZE = 1000
@@ -69,6 +81,15 @@ def flink_configuration(
         "execution.checkpointing.storage": "filesystem",
         "python.fn-execution.bundle.size": str(python_bundle_size(settings, uses)),
         "python.fn-execution.bundle.time": str(settings.python.bundle_time),  # a long, in ms
+        # Shown by the REST API (/jobs/<id>/config): `run` and `submit` find a running
+        # copy of this job by them, `jobs stop` its savepoint dir (pipelines.jobmanager).
+        "pipeline.global-job-parameters": _flink_map(
+            {
+                JOB_PARAMETER: settings.job.name,
+                PREFIX_PARAMETER: transactional_identity(settings),
+                SAVEPOINT_PARAMETER: savepoint_dir(settings),
+            }
+        ),
     }
     if cp.enabled:
         conf.update(

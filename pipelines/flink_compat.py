@@ -128,6 +128,12 @@ def stop_with_savepoint(client, target: str, timeout_s: float) -> str:
     return str(_get(java_job_client(client).stopWithSavepoint(False, target, fmt), timeout_s))
 
 
+def is_detached(result) -> bool:
+    """Whether `env.execute` returned at submission (`flink run --detached`): Flink then
+    hands back a DetachedJobExecutionResult, which has an id but no outcome."""
+    return not result._j_job_execution_result.isJobExecutionResult()
+
+
 def is_java_timeout(exc: BaseException) -> bool:
     return "java.util.concurrent.TimeoutException" in str(exc)
 

@@ -13,6 +13,23 @@ JARS_DIR = PROJECT_ROOT / "jars"
 LOCAL_DIR = PROJECT_ROOT / ".local"
 
 
+PACKAGE_MARKER = ".pipelines-package"
+
+
+def state_root() -> Path:
+    """Where jobs keep checkpoints and savepoints when their config names no storage:
+    $PIPELINES_STATE_DIR; else this checkout's .local/; else, in a package that
+    `pipelines package` built, the user's state directory ($XDG_STATE_HOME/pipelines).
+    Never inside a package: the next `package` or `submit` replaces that directory whole,
+    and a running job's checkpoints went with it."""
+    if os.environ.get("PIPELINES_STATE_DIR"):
+        return Path(os.environ["PIPELINES_STATE_DIR"])
+    if (PROJECT_ROOT / PACKAGE_MARKER).is_file():
+        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(xdg) / "pipelines"
+    return LOCAL_DIR
+
+
 def conf_dir() -> Path:
     """The config root: $PIPELINES_CONF_DIR, or the project's conf/."""
     return Path(os.environ.get("PIPELINES_CONF_DIR", CONF_DIR))

@@ -56,6 +56,12 @@ def job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="PATH|latest",
         help="resume from a retained checkpoint or savepoint",
     )
+    parser.add_argument(
+        "--accept-transaction-loss",
+        action="store_true",
+        help="restore a checkpoint older than sink.transaction_timeout anyway (its aborted "
+        "transactions' records are lost)",
+    )
     return parser
 
 
@@ -79,10 +85,15 @@ def prepare(job: str, args: argparse.Namespace) -> Loaded:
     overrides = list(args.overrides or [])
     loaded = load(job, args, overrides)
     if getattr(args, "from_checkpoint", None):
-        from pipelines.checkpoints import resolve_checkpoint
+        from pipelines.checkpoints import resolve_checkpoint, transaction_risk
 
         path = resolve_checkpoint(loaded.settings, args.from_checkpoint)
         loaded = load(job, args, overrides + [f"job.from_checkpoint={path}"])
+        risk = transaction_risk(loaded.settings, path)
+        if risk and not getattr(args, "accept_transaction_loss", False):
+            raise Failure(risk)
+        if risk:
+            log.info(f"warning: --accept-transaction-loss: {risk.split('. Restore anyway')[0]}")
         log.info(f"resuming from {path}")
     if not args.skip_preflight:
         preflight_job(loaded.settings, load_job(job))
@@ -178,13 +189,14 @@ def guarded(action: Callable[[], int], mask: SecretMask | None = None) -> int:
     in that line."""
     from confluent_kafka import KafkaException
 
+    from pipelines.jobmanager import JobManagerError
     from pipelines.kafka_clients import BrokerUnreachable
 
     mask_text = mask or SecretMask()
 
     try:
         return action()
-    except (ConfigError, JarError, Failure, BrokerUnreachable) as exc:
+    except (ConfigError, JarError, Failure, BrokerUnreachable, JobManagerError) as exc:
         print(mask_text(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KafkaException as exc:  # a Kafka call failed after the broker was reached
@@ -226,7 +238,12 @@ def job_main(build, argv: list[str] | None = None) -> None:
         env = create_environment(loaded.settings, uses=jobs.uses(load_job(job)))
         build(env, loaded.settings)
         result = env.execute(job)
-        log.info(f"job {job} finished: {result.get_job_id()}")
+        from pipelines.flink_compat import is_detached
+
+        if is_detached(result):  # it runs on: say so, never "finished"
+            log.info(f"job {job} submitted (detached) as {result.get_job_id()}; it keeps running")
+        else:
+            log.info(f"job {job} finished: {result.get_job_id()}")
         return 0
 
     if "PYFLINK_GATEWAY_PORT" in os.environ:  # under `flink run`: the client owns the JVM
@@ -413,14 +430,19 @@ def run_local(
             )
             return RunResult(state.get("job_id", ""), status, 0)
 
-    return _owned_local_run(body, job)
+    try:
+        return _owned_local_run(body, job)
+    finally:
+        if state.get("registered"):
+            state["registered"].unlink(missing_ok=True)
+            state["registered"].with_suffix(".pid").unlink(missing_ok=True)
 
 
 def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     loaded = prepare(job, args)
     state["settings"] = loaded.settings
     module = load_job(job)
-    from pipelines.environment import create_environment
+    from pipelines.environment import create_environment, transactional_identity
     from pipelines.flink_compat import mini_cluster_rest_url
 
     extra = {
@@ -430,6 +452,8 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
         "metrics.fetcher.update-interval": "2 s",
         **(extra_conf or {}),
     }
+    runs = LocalRuns()
+    runs.refuse_second_copy(job, transactional_identity(loaded.settings))
     env = create_environment(loaded.settings, extra, uses=jobs.uses(module))
     module.build(env, loaded.settings)
     client = env.execute_async(job)
@@ -442,6 +466,8 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
         url = None
         log.info(f"warning: no progress lines: the mini-cluster's REST address is unknown ({exc})")
     log.info(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
+    if url:
+        state["registered"] = runs.register(url, transactional_identity(loaded.settings))
     monitor = ProgressMonitor(url, job_id)
     outcome = client.get_job_execution_result()
     shown, shown_at = None, 0.0
@@ -516,6 +542,54 @@ def _retained_line(settings, job_id: str) -> str:
     if not mine:
         return "no retained checkpoint to resume from"
     return f"last retained checkpoint: {mine[-1].as_uri()} (resume with --from-checkpoint latest)"
+
+
+class LocalRuns:
+    """The jobs this machine runs: local mini-cluster runs (each registers its REST address
+    under .local/runs while it runs) and the local standalone cluster. A second copy of a
+    job, with the same transactional-id prefix, is refused before it starts."""
+
+    def __init__(self):
+        from pipelines.paths import local_state
+
+        self.dir = local_state("runs")
+
+    def refuse_second_copy(self, job: str, prefix: str) -> None:
+        from pipelines.jobmanager import (
+            DEFAULT_JOBMANAGER,
+            JobManager,
+            JobManagerError,
+            refuse_second_copy,
+        )
+        from pipelines.processes import PidFile
+
+        addresses = [DEFAULT_JOBMANAGER]
+        for entry in sorted(self.dir.glob("*.json")):
+            try:
+                run = json.loads(entry.read_text())
+            except (OSError, ValueError):
+                continue
+            holder = PidFile(entry.with_suffix(".pid"), "pipelines", "run     ")
+            if holder.live() is None:
+                entry.unlink(missing_ok=True)
+                continue
+            addresses.append(run["url"].removeprefix("http://"))
+        for address in addresses:
+            try:
+                refuse_second_copy(JobManager(address, timeout=3), job, prefix)
+            except JobManagerError as exc:
+                if "no Flink JobManager answers" in str(exc):
+                    continue
+                raise Failure(str(exc)) from None
+
+    def register(self, url: str, prefix: str) -> Path:
+        from pipelines.processes import PidFile
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        entry = self.dir / f"{os.getpid()}.json"
+        PidFile(entry.with_suffix(".pid"), "pipelines", "run     ").write(os.getpid())
+        entry.write_text(json.dumps({"url": url, "prefix": prefix}))
+        return entry
 
 
 def _wait_done(future, seconds: float) -> None:

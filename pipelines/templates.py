@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.paths import PACKAGE_MARKER, PROJECT_ROOT, state_root
 from pipelines.settings import ConfigError, Loaded, is_secret_key
 
 
@@ -293,11 +293,10 @@ class Package:
     requirements: list["Requirement"]
 
 
-PACKAGE_MARKER = ".pipelines-package"
-
-
 def _clear_earlier_package(out_dir: Path) -> None:
-    """Replace an earlier package; refuse anything else (it may be the user's own files)."""
+    """Replace an earlier package; refuse anything else (it may be the user's own files),
+    and refuse a package that holds state: packages before the state root moved out of
+    them kept a submitted job's checkpoints in `.local/`."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir}: exists and is not a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()):
@@ -305,6 +304,12 @@ def _clear_earlier_package(out_dir: Path) -> None:
             raise ConfigError(
                 f"--out {out_dir}: not empty and not an earlier package (no "
                 f"{PACKAGE_MARKER}); choose an empty or new directory"
+            )
+        if (out_dir / ".local").exists():
+            raise ConfigError(
+                f"--out {out_dir}: the earlier package holds state in {out_dir / '.local'} "
+                f"(checkpoints or savepoints of a submitted job); move it out (e.g. into "
+                f"{state_root()}) before packaging again: nothing was replaced"
             )
         shutil.rmtree(out_dir)
 

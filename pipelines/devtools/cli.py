@@ -25,6 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     submit.add_argument("--detached", action="store_true", help="return once submitted")
     submit.add_argument(
+        "--stop-on-exit",
+        action="store_true",
+        help="on Ctrl-C or SIGTERM, stop the job with a savepoint (default: it keeps running)",
+    )
+    submit.add_argument(
         "--jobmanager",
         metavar="HOST:PORT",
         help="the cluster's JobManager REST address (default: the local cluster's)",
@@ -97,60 +102,127 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SUBMITTED = re.compile(r"Job has been submitted with JobID ([0-9a-f]{32})")
+
+
 def _submit(args) -> int:
     """Package the job, then `flink run` the package: what the cluster runs is what a
-    cluster elsewhere would get, not this working tree."""
+    cluster elsewhere would get, not this working tree.
+
+    Refused while a copy of the job (same transactional-id prefix) is active there. The
+    client's output is streamed and the job id printed as soon as the cluster accepts it;
+    Ctrl-C or SIGTERM ends the client, says that the job keeps running and how to stop it
+    (or, with --stop-on-exit, stops it with a savepoint)."""
     import subprocess
 
-    from pipelines.devtools.flink_cluster import Cluster, rest_overview
+    from pipelines.devtools.flink_cluster import Cluster
+    from pipelines.environment import savepoint_dir, transactional_identity
     from pipelines.flink_run import flink_binary
-    from pipelines.paths import local_state
+    from pipelines.jobmanager import JobManager, refuse_second_copy
+    from pipelines.paths import local_state, state_root
+    from pipelines.runner import StopSignals
     from pipelines.templates import package_job
 
     local = Cluster()
-    jobmanager = args.jobmanager or local.url.removeprefix("http://")
-    if not re.fullmatch(r"[\w.-]+:\d{1,5}", jobmanager):
-        raise Failure(f"--jobmanager {jobmanager}: expected HOST:PORT, e.g. flink-jm:8081")
-    if not rest_overview(f"http://{jobmanager}"):
+    jm = JobManager(args.jobmanager or local.url.removeprefix("http://"))
+    if not jm.answers():
         hint = "start one with `make cluster-up`" if not args.jobmanager else "is it running?"
-        raise Failure(f"no Flink JobManager answers at http://{jobmanager}: {hint}")
+        raise Failure(f"no Flink JobManager answers at {jm.url}: {hint}")
     loaded = prepare(args.job, args)
+    settings = loaded.settings
+    prefix = transactional_identity(settings)
+    refuse_second_copy(jm, args.job, prefix)
     package = package_job(
         loaded,
         local_state("packages", args.job),
         python=args.python or sys.executable,
         flink=flink_binary(),
-        jobmanager=jobmanager,
+        jobmanager=jm.address,
     )
     extra = ["--skip-preflight"]
-    if args.from_checkpoint:
-        extra += ["--from-checkpoint", args.from_checkpoint]
+    if settings.job.from_checkpoint:  # resolved here (`latest`), where the state is
+        extra += ["--from-checkpoint", settings.job.from_checkpoint]
+        if args.accept_transaction_loss:
+            extra.append("--accept-transaction-loss")
     command = package.command[:]
     if args.detached:
         command.insert(command.index("run") + 1, "--detached")
-    env = {**local.environ(), "PYTHONPATH": str(package.root)}
+    # The client resolves the job's default state dirs: this checkout's, not the package's.
+    env = {
+        **local.environ(),
+        "PYTHONPATH": str(package.root),
+        "PIPELINES_STATE_DIR": str(state_root()),
+    }
     if not local.conf_dir.is_dir():  # never started here: the client takes the wheel's own
         for key in ("FLINK_CONF_DIR", "FLINK_LOG_DIR", "FLINK_LIB_DIR"):
             env.pop(key)
     # `flink run` is a JVM that starts a Python client: both in a group we end on any exit.
     owner = ProcessGroups()
+    stops = StopSignals(owner).install()
+    job_id, lines = None, []
     try:
         proc = owner.popen(
             command + extra,
             env=env,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             text=True,
             cwd=package.root,
         )
-        stdout, stderr = proc.communicate()
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line)
+            found = SUBMITTED.search(line)
+            if found and job_id is None:
+                job_id = found.group(1)
+                print(f"job {args.job} submitted to {jm.url} as {job_id}", flush=True)
+        proc.wait()
+    except KeyboardInterrupt as stop:  # StopRequested too (SIGTERM)
+        owner.end(grace_s=2.0)
+        stops.restore()
+        return _client_stopped(args, jm, job_id, prefix, savepoint_dir(settings), stop)
     finally:
         owner.end()
-    sys.stdout.write(stdout)
+        stops.restore()
     if proc.returncode != 0:
-        tail = [line for line in (stdout + stderr).splitlines() if line.strip()][-5:]
+        # The job's own one-line error, when its client got that far; else the last lines.
+        said = [line.strip() for line in lines if line.startswith("error: ")]
+        tail = said[-1:] or [line.strip() for line in lines if line.strip()][-5:]
         raise Failure(f"flink run failed (exit {proc.returncode}): " + " | ".join(tail))
     return 0
+
+
+def _client_stopped(args, jm, job_id, prefix, savepoints, stop) -> int:
+    """The submitting client was stopped: the job itself runs on unless asked to stop."""
+    from pipelines.jobmanager import JobManagerError
+
+    why = getattr(stop, "signame", "SIGINT")
+    if job_id is None:  # stopped before the id was printed: accepted or not, ask
+        try:
+            running = jm.running_copies(prefix)
+        except JobManagerError:
+            running = []
+        if not running:
+            print(f"submit: stopped ({why}) before {jm.url} accepted job {args.job}; nothing runs")
+            return 130
+        job_id = running[-1].id
+    if args.stop_on_exit:
+        print(f"submit: stopped ({why}); stopping job {job_id} with a savepoint", flush=True)
+        try:
+            location = jm.stop_with_savepoint(job_id, savepoints)
+        except JobManagerError as exc:
+            raise Failure(f"{exc}; stop it with: pipelines jobs stop {job_id}") from None
+        print(f"savepoint written to {location}")
+        print(f"resume with: pipelines submit {args.job} --from-checkpoint {location}")
+        return 0
+    print(
+        f"submit: the client stopped ({why}); job {job_id} keeps running at {jm.url}. Stop it "
+        f"with: pipelines jobs stop {job_id} --jobmanager {jm.address}"
+    )
+    return 130
 
 
 def _demo(args) -> int:

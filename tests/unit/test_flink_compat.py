@@ -64,6 +64,8 @@ def test_the_java_members_it_calls_exist():
         "org.apache.flink.core.execution.SavepointFormatType",
     ]
     assert jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL is not None
+    result = _java_class("org.apache.flink.api.common.JobExecutionResult")
+    assert "isJobExecutionResult" in {m.getName() for m in result.getMethods()}
 
 
 def test_project_java_operators_load_and_split_lines_is_typed(env):
