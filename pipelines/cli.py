@@ -19,6 +19,17 @@ from pipelines.runner import Failure, guarded, job_arguments, load, load_job, pr
 from pipelines.settings import SecretMask, effective_view
 
 
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse turns the error into one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds greater than 0")
+    return value
+
+
 def job_parser(sub, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help_text)
     parser.add_argument(
@@ -38,8 +49,15 @@ def job_config_arguments(parser: argparse.ArgumentParser, job_help: str) -> None
     parser.set_defaults(conf_dir=None)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors as one line (the usage stays behind --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pipelines", description=description)
+    parser = Parser(prog="pipelines", description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     parser.subcommands = sub
 
@@ -106,7 +124,9 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     offsets.add_argument("--group", help="required without --job")
     offsets.add_argument("--topic", action="append", default=[])
     offsets.add_argument("--bootstrap", default=None, help="default: the local broker")
-    offsets.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
+    offsets.add_argument(
+        "--watch", type=seconds, metavar="SECONDS", help="refresh every SECONDS (> 0)"
+    )
     offsets.add_argument("--json", action="store_true")
     return parser
 

@@ -227,11 +227,18 @@ def _client_stopped(args, jm, job_id, prefix, savepoints, stop) -> int:
 
 def _demo(args) -> int:
     from pipelines.devtools.demo import prepare_demo
+    from pipelines.devtools.topics import ProduceError
 
     loaded = load(args.job, args)
-    prepare_demo(
-        loaded.settings, records=args.records, bad_every=args.bad_every, partitions=args.partitions
-    )
+    try:
+        prepare_demo(
+            loaded.settings,
+            records=args.records,
+            bad_every=args.bad_every,
+            partitions=args.partitions,
+        )
+    except ProduceError as exc:
+        raise Failure(str(exc)) from None
     return 0
 
 

@@ -61,6 +61,26 @@ def company_profile(company: str) -> dict:
     }
 
 
+def admin_value(key: str, current, value):
+    """A value for /admin, checked against the type of the setting it replaces: JSON
+    booleans only for flags (`bool("false")` is True), finite numbers for the others."""
+    if isinstance(current, list):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key}: {value!r} is not a list of strings")
+        return value
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{key}: {value!r} is not a JSON boolean (true or false)")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key}: {value!r} is not a number")
+    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+        raise ValueError(f"{key}: {value!r} is not a finite number >= 0")
+    if key == "failure_rate" and value > 1:
+        raise ValueError(f"{key}: {value!r} is not between 0 and 1")
+    return type(current)(value)
+
+
 def make_app(behaviour: Behaviour):
     from aiohttp import web
 
@@ -117,10 +137,17 @@ def make_app(behaviour: Behaviour):
         )
 
     async def admin(request: web.Request):
-        body = await request.json()
-        for key in ("latency_ms", "jitter_ms", "failure_rate", "down", "unknown"):
-            if key in body:
-                setattr(behaviour, key, type(getattr(behaviour, key))(body[key]))
+        try:
+            body = await request.json()
+            changes = {
+                key: admin_value(key, getattr(behaviour, key), body[key])
+                for key in ("latency_ms", "jitter_ms", "failure_rate", "down", "unknown")
+                if key in body
+            }
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        for key, value in changes.items():
+            setattr(behaviour, key, value)
         return await stats(request)
 
     app = web.Application()

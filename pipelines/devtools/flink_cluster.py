@@ -187,18 +187,28 @@ class Cluster:
             )
         return ours
 
-    def _start_daemons(self, script: str, *args: str) -> tuple[int, str]:
+    def _start_daemons(self, script: str, *args: str, timeout_s: float = 120.0) -> tuple[int, str]:
         """Run a Flink start script in a session of its own: the daemons it forks keep that
-        process group, which `down` ends. Returns (exit code, stderr)."""
+        process group, which `down` ends. Returns (exit code, stderr). A script that does
+        not return in time is ended with its group: one ClusterError, nothing left."""
+        path = script if "/" in script else str(flink_home() / "bin" / script)
         proc = subprocess.Popen(
-            [str(flink_home() / "bin" / script), *args],
+            [path, *args],
             env=self.environ(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
         )
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            end_groups([proc.pid], grace_s=2.0)
+            proc.communicate()
+            raise ClusterError(
+                f"{Path(path).name} {' '.join(args)} did not return within {timeout_s:.0f} s; "
+                f"it was stopped with what it started (logs: {self.log_dir})"
+            ) from None
         # Only the groups still ours are kept: the file does not grow run after run.
         live = [g for g in self.recorded_groups() if g != proc.pid]
         self.groups_file.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,10 @@ _COORDINATOR_NOT_READY = {
 Broker = str | dict  # "host:port", or a librdkafka config with bootstrap.servers
 
 
+class ProduceError(Exception):
+    """Records were not written; the message names the topic and the broker's reason."""
+
+
 def client_conf(broker: Broker, **extra) -> dict:
     """A librdkafka config for `broker`, with `extra` on top."""
     base = {"bootstrap.servers": broker} if isinstance(broker, str) else dict(broker)
@@ -56,10 +60,12 @@ def create_topics(bootstrap: Broker, topics: dict[str, int], timeout: float = 30
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+    # Wait for the topics created here (an existing one keeps its own partition count).
+    created = {t.topic: t.num_partitions for t in wanted}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         meta = client.list_topics(timeout=timeout).topics
-        if all(t in meta and len(meta[t].partitions) == n for t, n in topics.items()):
+        if all(t in meta and len(meta[t].partitions) == n for t, n in created.items()):
             return
         time.sleep(0.1)
 
@@ -87,9 +93,19 @@ def produce(
     partitions (a sticky partitioner would put a fast burst on one), or with `keys` by the
     key's hash unless `round_robin`. Returns the count."""
     producer = Producer(client_conf(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
+    failed: list = []
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            failed.append(err)
+
     spread = None
     if partition is None and (keys is None if round_robin is None else round_robin):
-        spread = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
+        meta = producer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            why = meta.error.str() if meta is not None else "not found"
+            raise ProduceError(f"produce to {topic}: {why}")
+        spread = len(meta.partitions)
     stamps = iter(timestamps) if timestamps is not None else None
     key_iter = iter(keys) if keys is not None else None
     header_iter = iter(headers) if headers is not None else None
@@ -108,14 +124,20 @@ def produce(
             kwargs["headers"] = next(header_iter)
         while True:
             try:
-                producer.produce(topic, value, **kwargs)
+                producer.produce(topic, value, on_delivery=delivered, **kwargs)
                 break
             except BufferError:
                 producer.poll(0.1)
         count += 1
     remaining = producer.flush(60)
+    if failed:
+        raise ProduceError(
+            f"produce to {topic}: {len(failed)} of {count} record(s) failed: {failed[0].str()}"
+        )
     if remaining:
-        raise RuntimeError(f"{remaining} record(s) to {topic} were not delivered")
+        raise ProduceError(
+            f"produce to {topic}: {remaining} of {count} record(s) not delivered within 60 s"
+        )
     return count
 
 

@@ -91,8 +91,17 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{_rel(path)}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+            f"offset {exc.start}); save the file as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

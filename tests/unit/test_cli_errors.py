@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import run_cli
+from tests.support import ROOT, run_cli
 
 pytestmark = pytest.mark.unit
 
@@ -60,6 +60,26 @@ pytestmark = pytest.mark.unit
             "error: --set: kafka.security.protocol: 'NOPE' is not allowed; allowed: PLAINTEXT, SSL, "
             "SASL_PLAINTEXT, SASL_SSL",
         ),
+        (
+            ["offsets", "--group", "g", "--watch", "-1"],
+            "error: pipelines offsets: argument --watch: '-1': give a number of seconds greater "
+            "than 0 (see `pipelines offsets --help`)",
+        ),
+        (
+            ["offsets", "--group", "g", "--watch", "nan"],
+            "error: pipelines offsets: argument --watch: 'nan': give a number of seconds greater "
+            "than 0 (see `pipelines offsets --help`)",
+        ),
+        (
+            ["new", "load"],
+            "error: job name 'load' is not allowed: it would replace pipelines.jobs.load, which "
+            "the project uses; choose another, e.g. load_job",
+        ),
+        (
+            ["new", "names", "--from", "beam-enrich"],
+            "error: job name 'names' is not allowed: it would replace pipelines.beam.names, which "
+            "the project uses; choose another, e.g. names_job",
+        ),
     ],
 )
 def test_one_line_and_exit_2(args, line):
@@ -85,3 +105,37 @@ def test_package_refuses_a_directory_that_is_not_an_earlier_package(tmp_path):
     for _ in range(2):
         run_cli("package", "passthrough", "--out", str(fresh), timeout=120)
     assert (fresh / ".pipelines-package").is_file() and (fresh / "SUBMIT.sh").is_file()
+
+
+def test_a_config_file_that_is_not_utf8_names_the_file_line_and_byte(tmp_path):
+    conf = tmp_path / "conf"
+    (conf / "base").mkdir(parents=True)
+    source = (ROOT / "conf" / "base" / "passthrough.yaml").read_bytes()
+    (conf / "base" / "passthrough.yaml").write_bytes(
+        source.replace(b"group_id: passthrough", b"group_id: pass\xffthrough")
+    )
+    line = source[: source.index(b"group_id")].count(b"\n") + 1
+    offset = source.index(b"group_id: passthrough") + len(b"group_id: pass")
+    proc = run_cli("config", "show", "passthrough", "--conf-dir", str(conf), check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: {conf / 'base' / 'passthrough.yaml'}: line {line}: not UTF-8 text (byte 0xff "
+        f"at offset {offset}); save the file as UTF-8\n"
+    )
+
+
+def test_package_keeps_a_package_that_holds_state(tmp_path):
+    """A package made before state moved out of packages held `.local/checkpoints`:
+    re-packaging over it is refused, and the state stays."""
+    out = tmp_path / "pkg"
+    run_cli("package", "passthrough", "--out", str(out), timeout=120)
+    kept = out / ".local" / "checkpoints" / "passthrough" / "j" / "chk-3" / "_metadata"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("state")
+    proc = run_cli("package", "passthrough", "--out", str(out), check=False, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(
+        f"error: --out {out}: the earlier package holds state in {out / '.local'} (checkpoints "
+        f"or savepoints of a submitted job); move it out"
+    ), proc.stderr
+    assert kept.read_text() == "state"

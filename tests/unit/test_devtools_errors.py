@@ -1,0 +1,89 @@
+"""The local tools' own inputs and failures end as one readable line: the demo service's
+/admin takes JSON types only, a Flink start script that hangs is ended with what it
+started."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from pipelines.devtools.enrichment_service import Service
+from pipelines.devtools.flink_cluster import Cluster, ClusterError
+from pipelines.devtools.ports import free_ports
+from pipelines.processes import start_time
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def service(tmp_path):
+    service = Service(port=free_ports(), state_dir=tmp_path)
+    service.up(latency_ms=1)
+    yield service
+    service.down()
+
+
+def _admin(service: Service, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"{service.url}/admin",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ({"down": "false"}, "down: 'false' is not a JSON boolean (true or false)"),
+        ({"down": 1}, "down: 1 is not a JSON boolean (true or false)"),
+        ({"latency_ms": "fast"}, "latency_ms: 'fast' is not a number"),
+        ({"failure_rate": 2}, "failure_rate: 2 is not between 0 and 1"),
+        ({"latency_ms": -5}, "latency_ms: -5 is not a finite number >= 0"),
+        ({"unknown": "acme"}, "unknown: 'acme' is not a list of strings"),
+        # One bad value: nothing of the request is applied.
+        ({"latency_ms": 7, "down": "true"}, "down: 'true' is not a JSON boolean (true or false)"),
+    ],
+)
+def test_admin_refuses_values_of_the_wrong_type_and_changes_nothing(service, body, error):
+    status, answer = _admin(service, body)
+    assert (status, answer) == (400, {"error": error})
+    stats = service.stats()
+    assert stats["down"] is False and stats["latency_ms"] == 1
+
+
+def test_admin_applies_json_booleans_and_numbers(service):
+    status, answer = _admin(service, {"down": True, "latency_ms": 3})
+    assert status == 200 and answer["down"] is True and answer["latency_ms"] == 3
+    status, answer = _admin(service, {"down": False})
+    assert status == 200 and answer["down"] is False
+
+
+def test_a_start_script_that_hangs_is_one_error_and_leaves_nothing(tmp_path):
+    script = tmp_path / "hangs.sh"
+    pid_file = tmp_path / "child.pid"
+    script.write_text(f"#!/usr/bin/env bash\nsleep 300 &\necho $! > {pid_file}\nwait\n")
+    script.chmod(0o755)
+    cluster = Cluster(state_dir=tmp_path / "flink")
+    with pytest.raises(ClusterError) as raised:
+        cluster._start_daemons(str(script), "start", timeout_s=2)
+    assert str(raised.value) == (
+        f"hangs.sh start did not return within 2 s; it was stopped with what it started "
+        f"(logs: {cluster.log_dir})"
+    )
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while start_time(child) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert start_time(child) is None, "the script's child outlived it"
+    assert not os.path.exists(cluster.groups_file)
