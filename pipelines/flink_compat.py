@@ -33,10 +33,14 @@ def gateway_in_group(owner):
     original_popen = gateway_server.Popen
 
     def popen_in_group(*args, **kwargs):
+        # The JVM's stdout too: PyFlink leaves it on the terminal, where a restarting job's
+        # uncaught-exception traces (40 lines each) flooded the progress lines.
+        kwargs.setdefault("stdout", subprocess.PIPE)
         proc = subprocess.Popen(*args, process_group=0, **kwargs)
         owner.adopt(proc.pid)
-        if proc.stderr is not None:
-            GATEWAY_STDERR.follow(proc.stderr)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                GATEWAY_STDERR.follow(stream)
         return proc
 
     def launch(env, args):
@@ -54,15 +58,32 @@ def gateway_in_group(owner):
 
 
 class _StderrTail:
+    """The gateway JVM's output: its last lines kept for error messages, all of it in a
+    log file once `log_to` names one (a local run's .local/logs/<job>-jvm.log)."""
+
     def __init__(self, lines: int = 50):
         self.lines: deque[str] = deque(maxlen=lines)
+        self.path = None
+        self._file = None
+        self._lock = threading.Lock()
+
+    def log_to(self, path) -> None:
+        self.path = path
 
     def follow(self, stream) -> None:
         def pump():
             for raw in iter(stream.readline, b""):
-                self.lines.append(raw.decode("utf-8", errors="replace").rstrip())
+                line = raw.decode("utf-8", errors="replace").rstrip()
+                self.lines.append(line)
+                if self.path is not None:
+                    with self._lock:
+                        if self._file is None or self._file.name != str(self.path):
+                            self.path.parent.mkdir(parents=True, exist_ok=True)
+                            self._file = open(self.path, "a", encoding="utf-8")
+                        self._file.write(line + "\n")
+                        self._file.flush()
 
-        threading.Thread(target=pump, name="gateway-stderr", daemon=True).start()
+        threading.Thread(target=pump, name="gateway-output", daemon=True).start()
 
 
 GATEWAY_STDERR = _StderrTail()

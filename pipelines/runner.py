@@ -359,6 +359,21 @@ class WorkerOutput(io.TextIOBase):
         return self._file is not None
 
 
+def _to_log(path: Path):
+    def excepthook(args) -> None:
+        import traceback
+
+        if args.exc_type is SystemExit:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8", errors="replace") as log:
+            name = args.thread.name if args.thread is not None else "?"
+            log.write(f"Exception in thread {name}:\n")
+            traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=log)
+
+    return excepthook
+
+
 def worker_log_path(job: str) -> Path:
     from pipelines.paths import worker_log
 
@@ -368,12 +383,18 @@ def worker_log_path(job: str) -> Path:
 def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
     """Run `body` with stop signals handled, the JVM's process group owned, and the
     in-process Python workers' output in a log file."""
-    from pipelines.flink_compat import disconnect_gateway, gateway_in_group
+    from pipelines.flink_compat import GATEWAY_STDERR, disconnect_gateway, gateway_in_group
+    from pipelines.paths import local_state
 
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     terminal = sys.stderr
     sys.stderr = WorkerOutput(terminal, worker_log_path(job))
+    GATEWAY_STDERR.log_to(local_state("logs", f"{job}-jvm.log"))
+    # For the rest of this process: a thread that dies as the JVM goes away (Beam's data
+    # plane reading from a cancelled job: "Multiplexer hanging up") writes to the worker
+    # log, not the terminal. Such threads end after this function has returned.
+    threading.excepthook = _to_log(worker_log_path(job))
     try:
         with gateway_in_group(owner):
             return body()
@@ -468,16 +489,24 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     log.info(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
     if url:
         state["registered"] = runs.register(url, transactional_identity(loaded.settings))
-    monitor = ProgressMonitor(url, job_id)
+    from pipelines.paths import local_state
+
+    failures_log = local_state("logs", f"{job}-failures.log")
+    failures_log.unlink(missing_ok=True)  # this run's failures only
+    monitor = ProgressMonitor(url, job_id, failures_log)
     outcome = client.get_job_execution_result()
     shown, shown_at = None, 0.0
     while not outcome.done():
+        for failure in monitor.failures():
+            log.info(failure)
         line = monitor.line()
         # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
         if line and (line != shown or time.monotonic() - shown_at > 30):
             log.info(line)
             shown, shown_at = line, time.monotonic()
         _wait_done(outcome, progress_every)
+    for failure in monitor.failures():  # the one that ended the job, if any
+        log.info(failure)
     checkpoints = monitor.completed_checkpoints()
     try:
         outcome.result()
@@ -538,9 +567,11 @@ def _retained_line(settings, job_id: str) -> str:
         found = retained_checkpoints(settings)
     except Exception:  # noqa: BLE001 - remote storage: nothing to list here
         found = []
-    mine = [p for p in found if p.parent.name == job_id] or found
+    mine = [p for p in found if p.parent.name == job_id]
     if not mine:
-        return "no retained checkpoint to resume from"
+        return "this run retained no checkpoint" + (
+            f"; the newest of an earlier run: {found[-1].as_uri()}" if found else ""
+        )
     return f"last retained checkpoint: {mine[-1].as_uri()} (resume with --from-checkpoint latest)"
 
 
@@ -601,10 +632,42 @@ def _wait_done(future, seconds: float) -> None:
 class ProgressMonitor:
     """Records in/out and the last checkpoint, read from the job's REST API."""
 
-    def __init__(self, base_url: str | None, job_id: str):
+    def __init__(self, base_url: str | None, job_id: str, trace_log: Path | None = None):
         self.base = base_url
         self.job_id = job_id
+        self.trace_log = trace_log
         self._last_checkpoints = 0
+        self._failures_seen: set[tuple] = set()
+
+    def failures(self) -> list[str]:
+        """One line for each failure of the job since the last call (each restarts it, the
+        last one ends it), its cause in one line; the full traces go to `trace_log`."""
+        try:
+            doc = self._get(f"/jobs/{self.job_id}/exceptions?maxExceptions=20")
+        except Exception:  # noqa: BLE001 - between states, or gone
+            return []
+        entries = (doc.get("exceptionHistory") or {}).get("entries") or []
+        lines = []
+        for entry in sorted(entries, key=lambda e: e.get("timestamp", 0)):
+            key = (entry.get("timestamp"), entry.get("exceptionName"), entry.get("taskName"))
+            if key in self._failures_seen:
+                continue
+            self._failures_seen.add(key)
+            trace = entry.get("stacktrace") or entry.get("exceptionName") or "?"
+            cause = explain_python_error(trace) or _last_cause(trace) or "?"
+            cause = " ".join(cause.split())[:MAX_ERROR_CHARS]
+            where = entry.get("taskName") or "the job"
+            if len(where) > 80:  # a chained task's name lists every operator
+                head, _, subtask = where.rpartition(" (")
+                where = f"{head[:60]} ... ({subtask}" if subtask else where[:80] + " ..."
+            told = ""
+            if self.trace_log is not None:
+                self.trace_log.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.trace_log, "a", encoding="utf-8") as log:
+                    log.write(f"--- failure #{len(self._failures_seen)} in {where}\n{trace}\n")
+                told = f"; full trace in {self.trace_log}"
+            lines.append(f"failure #{len(self._failures_seen)} in {where}: {cause}{told}")
+        return lines
 
     def _get(self, path: str):
         if self.base is None:
@@ -637,6 +700,10 @@ class ProgressMonitor:
             return None
         latest = (cps.get("latest") or {}).get("completed") or {}
         counts = cps.get("counts", {})
+        failed = (cps.get("latest") or {}).get("failed") or {}
+        why_failed = ""
+        if counts.get("failed") and failed.get("failure_message"):
+            why_failed = f" (last: {' '.join(failed['failure_message'].split())[:200]})"
         self._last_checkpoints = counts.get("completed", self._last_checkpoints)
         slowest = ((cps.get("summary") or {}).get("end_to_end_duration") or {}).get("max", 0)
         cp = (
@@ -656,6 +723,7 @@ class ProgressMonitor:
             parts.append(f"dead letters {totals['deadLetters']}")
         parts += [
             cp,
-            f"checkpoints {counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed",
+            f"checkpoints {counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed"
+            f"{why_failed}",
         ]
         return " | ".join(parts)

@@ -88,7 +88,7 @@ def test_total_outage_under_fail_fails_the_job_and_writes_nothing(kafka, names, 
         "--set",
         "restart.attempts=1",
         "--set",
-        "restart.delay=1s",
+        "restart.delay=3s",
         check=False,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -100,6 +100,23 @@ def test_total_outage_under_fail_fails_the_job_and_writes_nothing(kafka, names, 
         line,
     ), line
     assert read_all(kafka, names("out")) == [] and read_all(kafka, names("dlq")) == []
+    # One line per failure with its cause: the first restarts the job (3 s later, in sight
+    # of the 2 s progress poll); the second ends it, and the error line says so if the
+    # mini-cluster is gone before it is polled. The traces are in the file the lines name.
+    failures = [line for line in proc.stdout.splitlines() if line.startswith("failure #")]
+    assert 1 <= len(failures) <= 2, proc.stdout
+    for number, failure in enumerate(failures, 1):
+        assert re.fullmatch(
+            rf"failure #{number} in .+: EnrichmentFailed: enrichment of record \d+ failed: "
+            rf"HTTP 503 from http://127\.0\.0\.1:\d+/lookup/batch \(3 attempts\); "
+            rf"full trace in (\S+/enrich-failures\.log)",
+            failure,
+        ), failure
+    trace_file = re.search(r"full trace in (\S+)$", failures[0]).group(1)
+    with open(trace_file) as traces:
+        assert traces.read().count("EnrichmentFailed") >= len(failures)
+    for text in (proc.stdout, proc.stderr):
+        assert "Traceback" not in text and "\tat " not in text and "Caused by" not in text
 
 
 def test_preflight_names_an_enrichment_service_that_does_not_answer(kafka, names, outage):

@@ -110,3 +110,29 @@ def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off()
         stops.restore()
     time.sleep(1)  # past the watchdog's deadline: restored, so it never fires
     assert len(forced) == 1
+
+
+def test_a_thread_dying_after_a_local_run_writes_to_the_worker_log_not_the_terminal(
+    tmp_path, capfd
+):
+    import threading
+
+    from pipelines.runner import _to_log
+
+    log = tmp_path / "worker.log"
+    previous = threading.excepthook
+    threading.excepthook = _to_log(log)
+    try:
+
+        def dies():
+            raise ConnectionError("Multiplexer hanging up")
+
+        thread = threading.Thread(target=dies, name="read_grpc_client_inputs")
+        thread.start()
+        thread.join()
+    finally:
+        threading.excepthook = previous
+    assert capfd.readouterr().err == ""
+    text = log.read_text()
+    assert text.startswith("Exception in thread read_grpc_client_inputs:\nTraceback")
+    assert text.rstrip().endswith("ConnectionError: Multiplexer hanging up")
