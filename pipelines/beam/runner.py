@@ -24,7 +24,6 @@ from pipelines.settings import BeamRunner, ConfigError, Settings
 
 log = logging.getLogger(__name__)
 
-START_DEADLINE_S = 180.0
 CANCEL_TIMEOUT_S = 10.0
 TERMINAL = {"DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"}
 
@@ -238,9 +237,11 @@ def run(name: str, args) -> int:
         log.info(f"beam job {name} finished")
         return 0
     except StopRequested as stop:
-        log.info(f"stopping ({stop.signame}): cancelling the pipeline")
         if holder.get("result") is not None:
+            log.info(f"stopping ({stop.signame}): cancelling the pipeline")
             _cancel(holder["result"])
+        else:  # the DirectRunner (or a job not yet accepted): its Java side goes first
+            log.info(f"stopping ({stop.signame}): ending the run with its Java side")
         log.info(f"beam job {name} cancelled")
         return 0
     finally:
@@ -260,10 +261,15 @@ def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services
         except BaseException as exc:  # noqa: BLE001 - reported in the main thread
             holder["error"] = exc
 
-    # DirectRunner runs the whole pipeline inside run(); portable runners return at once.
+    # DirectRunner runs the whole pipeline inside run(), and has no result (nothing to
+    # cancel, no state) until the end: no start deadline for it. Portable runners (Prism)
+    # return once the job is accepted, which must happen within beam.start_timeout.
     thread = threading.Thread(target=submit, name="beam-run", daemon=True)
     thread.start()
     started = time.monotonic()
+    start_deadline_s = (
+        None if settings.beam.runner is BeamRunner.DIRECT else settings.beam.start_timeout / 1000
+    )
     last_totals, moved_at, shown = None, time.monotonic(), None
     stall_s = settings.beam.stall_timeout / 1000
     while True:
@@ -277,13 +283,16 @@ def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services
             if "result" in holder:
                 _cancel(holder["result"])
             raise Failure(dead)
+        alive = thread.is_alive()  # before reading the result: run() sets it, then ends
         result = holder.get("result")
         if result is None:
-            if time.monotonic() - started > START_DEADLINE_S:
+            if start_deadline_s is not None and time.monotonic() - started > start_deadline_s:
                 raise Failure(
-                    f"the pipeline was not accepted within {START_DEADLINE_S:.0f} s; "
-                    f"see .local/logs/beam-*.log"
+                    f"the pipeline was not accepted within {start_deadline_s:.0f} s "
+                    f"(beam.start_timeout); see .local/logs/beam-*.log"
                 )
+            if not alive and "error" not in holder:
+                raise Failure("the Beam runner returned no result; see .local/logs/beam-*.log")
             continue
         state = str(result.state).rsplit(".", 1)[-1]
         if state in TERMINAL and not thread.is_alive():

@@ -417,8 +417,11 @@ class BeamSettings(Model):
     job_server_timeout: int = 3_600_000
     # A hung pipeline ends as an error after this long without progress; 0: never.
     stall_timeout: int = 300_000
+    # Prism: the job must be accepted within this. The DirectRunner reports nothing until
+    # the run ends, so no deadline applies to it: its run is as long as its bounded read.
+    start_timeout: int = 180_000
 
-    _dur = duration_fields("max_read_time", "job_server_timeout", "stall_timeout")
+    _dur = duration_fields("max_read_time", "job_server_timeout", "stall_timeout", "start_timeout")
 
     @model_validator(mode="after")
     def _bounded_needs_a_limit(self) -> "BeamSettings":

@@ -248,3 +248,72 @@ def test_a_java_worker_that_dies_is_one_error_not_a_hang(
     [line] = job.error_lines
     assert line.startswith("error: Beam's Java worker exited (-9) while the pipeline ran; see ")
     assert not wait_gone(tree, 15)
+
+
+def test_a_direct_run_longer_than_the_start_timeout_finishes(
+    beam_ready, kafka, names, enrichment_service
+):
+    """The DirectRunner returns its result only when the run ends: the acceptance deadline
+    (here 5 s) is for runners that report acceptance, and must not end a long direct run."""
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    values = demo_values(TOTAL, bad_every=BAD_EVERY)
+    produce(kafka, names("in"), values)
+    good, bad = expected(values)
+    started = time.monotonic()
+    proc = run_cli(
+        "beam",
+        "run",
+        "enrich",
+        *beam_args(
+            kafka,
+            names,
+            enrichment_service,
+            "beam.runner=direct",
+            "beam.streaming=false",
+            "beam.max_read_time=20s",
+            "beam.start_timeout=5s",
+        ),
+        timeout=400,
+    )
+    assert time.monotonic() - started > 20
+    assert "beam job enrich finished" in proc.stdout + proc.stderr
+    out, dead = read_back(kafka, names)
+    check_exact(out, dead, good, bad, "direct, 20 s read")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_long_direct_run_stops_within_30_s(beam_ready, kafka, names, enrichment_service, signum):
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(60))
+    job = Started(
+        [
+            *CLI,
+            "beam",
+            "run",
+            "enrich",
+            *beam_args(
+                kafka,
+                names,
+                enrichment_service,
+                "beam.runner=direct",
+                "beam.streaming=false",
+                "beam.max_read_time=1h",
+            ),
+        ],
+        sigint_ignored=True,
+    )
+    # Running: the Java worker that reads Kafka for the DirectRunner is up.
+    deadline = time.monotonic() + 180
+    while not any("ExternalWorkerService" in cmd for _, cmd in job.tree().values()):
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.output[-3000:]
+        time.sleep(0.5)
+    tree = job.tree()
+    started = time.monotonic()
+    job.proc.send_signal(signum)
+    code = job.wait(timeout=STOP_LIMIT_S + 30)
+    assert code == 0, job.output[-3000:]
+    assert time.monotonic() - started < STOP_LIMIT_S
+    name = signal.Signals(signum).name
+    assert f"stopping ({name}): ending the run with its Java side" in job.output
+    assert job.lines[-1] == "beam job enrich cancelled", job.output[-3000:]
+    assert not wait_gone(tree, 15)
