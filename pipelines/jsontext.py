@@ -10,6 +10,7 @@ dead-letter reason stay as they were.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import orjson
@@ -55,3 +56,69 @@ def loads(text: str | bytes):
         return loads_fast(data)
     except DecodeError:
         return json.loads(data)
+
+
+# What the JVM's JSON reader refuses (Flink's shaded Jackson 2.18, StreamReadConstraints
+# defaults; tests/unit/test_parse_jvm_agreement.py reads them from the JVM): a record parse
+# accepts must never reach a Java operator that cannot read it, or the task fails on it
+# after every restart.
+JVM_MAX_DEPTH = 1000
+JVM_MAX_NUMBER_DIGITS = 1000
+JVM_MAX_NAME_CHARS = 50_000
+JVM_MAX_STRING_CHARS = 20_000_000
+_JVM_INT_BOUND = 10**JVM_MAX_NUMBER_DIGITS
+# orjson writes at most 254 levels (the standard library's fallback, bounded by Python's
+# recursion limit, fails at a depth that depends on the stack): the data path's own limit.
+WRITER_MAX_DEPTH = 254
+MAX_DEPTH = min(JVM_MAX_DEPTH, WRITER_MAX_DEPTH)
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def jvm_problem(value, size: int, exact: bool) -> str | None:
+    """Why `value` could not be written as JSON text here and read by the JVM, or None.
+
+    `exact`: orjson parsed it (`loads_fast`): its integers fit 64 bits, its floats are finite,
+    its strings are valid Unicode and it nests at most 1024 levels. Then only depth, names
+    and strings can exceed the JVM's limits, and only in a text of `size` bytes large enough
+    to hold them: a typical record costs one comparison. What the standard library parsed
+    (wide integers, lone surrogates, 1e400 read as infinity) is walked whole."""
+    if exact and size <= 2 * MAX_DEPTH:  # too short to nest deeper or hold a long name
+        return None
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        kind = type(node)
+        if kind is dict or kind is list:
+            if depth > MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels (the data path's JSON limit)"
+            if kind is list:
+                stack.extend((item, depth + 1) for item in node)
+                continue
+            for name, item in node.items():
+                if len(name) > JVM_MAX_NAME_CHARS:
+                    return f"a field name longer than {JVM_MAX_NAME_CHARS} characters (the JVM's JSON limit)"
+                if not exact and not _utf8(name):
+                    return "a field name that is not valid Unicode (a lone surrogate escape)"
+                stack.append((item, depth + 1))
+        elif kind is str:
+            if len(node) > JVM_MAX_STRING_CHARS:
+                return (
+                    f"a string longer than {JVM_MAX_STRING_CHARS} characters (the JVM's JSON limit)"
+                )
+            if not exact and not _utf8(node):
+                return "a string that is not valid Unicode (a lone surrogate escape)"
+        elif kind is float:
+            if node != node or node in (math.inf, -math.inf):
+                return f"a number out of the double range ({node!r})"
+        elif kind is int and not exact and not -_JVM_INT_BOUND < node < _JVM_INT_BOUND:
+            return f"an integer longer than {JVM_MAX_NUMBER_DIGITS} digits (the JVM's JSON limit)"
+    return None

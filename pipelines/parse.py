@@ -28,6 +28,7 @@ DEAD_LETTER_TAG = "dead-letters"
 # preview, JSON and Kafka record overhead): measured well under 10 KiB.
 DEAD_LETTER_OVERHEAD = 16_384
 PREVIEW_CHARS = 200
+JAVA_LONG_END = 1 << 63  # event times are Java longs in the JVM
 REASON_CHARS = 1_000
 
 _TYPES: dict[FieldType, tuple[type, ...]] = {
@@ -76,17 +77,25 @@ def parse_value(
     required: dict[str, FieldType] | list[str],
     event_time_field: str | None = None,
     origin_field: str | None = None,
+    max_future_skew: int | None = None,
 ) -> tuple[dict | None, str | None]:
-    """(record, None) when valid; (None, reason) otherwise. Never raises for any bytes."""
+    """(record, None) when valid; (None, reason) otherwise. Never raises for any bytes.
+    Valid means readable by every later stage, the JVM's included (jsontext.jvm_problem)."""
     if value is None:
         return None, "empty record (null value)"
+    data = value if isinstance(value, bytes) else bytes(value)
+    exact = True
     try:
-        record = jsontext.loads_fast(value if isinstance(value, bytes) else bytes(value))
+        record = jsontext.loads_fast(data)
     except jsontext.DecodeError:
-        record, reason = _parse_slowly(value)
+        exact = False
+        record, reason = _parse_slowly(data)
         if reason is not None:
             return None, reason
-    return check_record(record, required, event_time_field, origin_field)
+    problem = jsontext.jvm_problem(record, len(data), exact)
+    if problem is not None:
+        return None, f"not usable downstream: {problem}"
+    return check_record(record, required, event_time_field, origin_field, max_future_skew)
 
 
 def _parse_slowly(value: bytes) -> tuple[object, str | None]:
@@ -111,8 +120,11 @@ def check_record(
     required: dict[str, FieldType] | list[str],
     event_time_field: str | None = None,
     origin_field: str | None = None,
+    max_future_skew: int | None = None,
 ) -> tuple[dict | None, str | None]:
-    """A parsed value against the rules: (record, None) when valid, else (None, reason)."""
+    """A parsed value against the rules: (record, None) when valid, else (None, reason).
+    An event time more than `max_future_skew` ms ahead of now would move the watermark
+    past every later record of its partition: it is refused like a malformed one."""
     if not isinstance(record, dict):
         return None, f"not a JSON object: {type(record).__name__}"
     if isinstance(required, list):
@@ -130,8 +142,16 @@ def check_record(
         return None, f"required field(s) not usable: {'; '.join(wrong)}"
     if event_time_field is not None:
         ts = record.get(event_time_field)
-        if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+        if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts < JAVA_LONG_END:
             return None, f"{event_time_field} is not epoch milliseconds: {ts!r}"[:REASON_CHARS]
+        if max_future_skew is not None:
+            ahead = ts - int(time.time() * 1000)
+            if ahead > max_future_skew:
+                return None, (
+                    f"{event_time_field} {ts} is {ahead} ms ahead of processing time, more than "
+                    f"watermarks.max_future_skew ({max_future_skew} ms): it would make every "
+                    f"later record of its partition late"
+                )
     if origin_field is not None and origin_field in record:
         return None, (
             f"field {origin_field!r} is reserved for the record's origin "
@@ -256,6 +276,7 @@ def make_parse_function(
     dead_letter_max_bytes: int = 1_048_576,
     extra_required: dict[str, FieldType] | None = None,
     carry_metadata: bool = False,
+    max_future_skew: int | None = None,
 ):
     """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
     With `carry_metadata` a record's text is prefixed with its Kafka key, headers and
@@ -288,7 +309,9 @@ def make_parse_function(
             try:
                 # One unpacking: PyFlink's Row resolves each attribute by name (~0.8 us each).
                 topic, partition, offset, timestamp, key, value, headers = row
-                record, reason = parse_value(value, required, event_time_field, origin_field)
+                record, reason = parse_value(
+                    value, required, event_time_field, origin_field, max_future_skew
+                )
                 if record is not None:
                     if origin_field:
                         record[origin_field] = origin_block(topic, partition, offset, timestamp)

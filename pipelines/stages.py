@@ -186,6 +186,7 @@ def parse(
         settings.faults,
         settings.job.name,
         event_time_field=event_time_field,
+        max_future_skew=settings.watermarks.max_future_skew if event_time_field else None,
         batched=not per_record,
         trace_timing=trace_timing,
         errors=settings.errors,

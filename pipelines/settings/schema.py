@@ -458,8 +458,12 @@ class WatermarkSettings(Model):
     max_out_of_orderness: int = 5_000
     idleness: int | None = 30_000  # null switches idleness off
     event_time_field: str = "ts"
+    # A record whose event time is further ahead of the clock than this goes to dead
+    # letters: let through, it would move the watermark and make every later record of
+    # its partition late. null: no limit.
+    max_future_skew: int | None = Field(default=3_600_000, ge=0)
 
-    _dur = duration_fields("max_out_of_orderness", "idleness")
+    _dur = duration_fields("max_out_of_orderness", "idleness", "max_future_skew")
 
 
 class WindowSettings(Model):

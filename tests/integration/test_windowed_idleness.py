@@ -148,3 +148,31 @@ def test_parallelism_above_partition_count_still_fires(kafka, names):
         assert got == expected
     finally:
         assert job.interrupt() == 0, job.output
+
+
+def test_a_far_future_event_time_is_a_dead_letter_not_a_watermark_jump(kafka, names):
+    """One record two hours ahead of the clock, mid-partition: let through, it would move
+    the watermark past every later record, all of them late (and, measured with the skew
+    check off, worse: the late sink writes it with its event time, Kafka 4 refuses a
+    timestamp over 1 h ahead, log.message.timestamp.after.max.ms, and the job fails on it
+    after every restart). With watermarks.max_future_skew (1 h by default) it is a dead
+    letter, and every window counts exactly."""
+    from tests.support import run_cli
+
+    create_topics(kafka, {names("in"): 1, names("out"): 1, names("late"): 1, names("dlq"): 1})
+    before = [record(i, BASE + i * 100) for i in range(50)]
+    future_ts = int(time.time() * 1000) + 2 * 3_600_000
+    future = json.dumps({"id": 50, "key": "a", "ts": future_ts}).encode()
+    after = [record(i, BASE + i * 100) for i in range(51, 101)]
+    produce(kafka, names("in"), [*before, future, *after], partition=0)
+    run_cli("run", *job_args(kafka, names, "--set", "source.bounded=true"), timeout=300)
+    sent = [(KEYS[i % len(KEYS)], BASE + i * 100) for i in [*range(50), *range(51, 101)]]
+    assert window_counts(kafka, names) == expected_counts(sent, windows=100)
+    assert read_all(kafka, names("late")) == []
+    [dead] = [json.loads(v) for v in read_all(kafka, names("dlq"))]
+    assert dead["origin"]["offset"] == 50
+    assert dead["error"].startswith(f"ts {future_ts} is ")
+    assert dead["error"].endswith(
+        "ms ahead of processing time, more than watermarks.max_future_skew (3600000 ms): it "
+        "would make every later record of its partition late"
+    )
