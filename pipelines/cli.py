@@ -109,7 +109,11 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
         "jobs", help="jobs on a Flink JobManager: list, stop with a savepoint, cancel"
     )
     flink_jobs.add_argument("action", nargs="?", default="list", choices=["list", "stop", "cancel"])
-    flink_jobs.add_argument("job", nargs="?", help="stop/cancel: a job id, or a running job's name")
+    flink_jobs.add_argument(
+        "job",
+        nargs="?",
+        help="stop/cancel: a job id, or a running job's name or transactional-id prefix",
+    )
     flink_jobs.add_argument(
         "--jobmanager", metavar="HOST:PORT", help="default: the local cluster's (127.0.0.1:8081)"
     )

@@ -120,12 +120,12 @@ class JobManager:
         return [j for j in self.jobs() if j.active and j.prefix == prefix]
 
     def find(self, wanted: str) -> FlinkJob:
-        """A job by id, or the one active job of that project name."""
+        """A job by id, or the one active job of that name or transactional-id prefix."""
         jobs = self.jobs()
         by_id = [j for j in jobs if j.id == wanted]
         if by_id:
             return by_id[0]
-        named = [j for j in jobs if j.active and wanted in (j.job, j.name)]
+        named = [j for j in jobs if j.active and wanted in (j.job, j.name, j.prefix)]
         if len(named) == 1:
             return named[0]
         if not named:

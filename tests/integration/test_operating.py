@@ -111,7 +111,10 @@ def test_resubmit_is_refused_and_a_repackaged_job_restores_latest_exactly_once(
     assert re.search(rf"{job_id}\s+RUNNING .* prefix {names('tx')}", listed), listed
     cancelled = run_cli("jobs", "cancel", job_id, "--jobmanager", jm.address).stdout
     assert f"({job_id}) canceled" in cancelled
-    kept = max(checkpoints, key=lambda m: m.stat().st_mtime).parent
+    # The retained checkpoint, read once the job is cancelled (Flink keeps the newest only).
+    [kept] = [
+        m.parent for m in (state / "checkpoints" / "passthrough" / job_id).glob("chk-*/_metadata")
+    ]
     produce(kafka, names("in"), _values(N, N))
 
     # Re-package and restore from `latest`, attached, stopping with a savepoint on Ctrl-C.
@@ -148,11 +151,15 @@ def test_restore_older_than_the_transaction_timeout_is_refused_with_the_arithmet
     submitted = run_cli("submit", *args, "--detached", env=env)
     job_id = re.search(r"as ([0-9a-f]{32})", submitted.stdout).group(1)
     _wait(lambda: _completed_checkpoints(jm, job_id) >= 1, 120, "a checkpoint")
-    jm.cancel(job_id)
-    newest = max(
-        (state / "checkpoints" / "passthrough" / job_id).glob("chk-*/_metadata"),
-        key=lambda m: m.stat().st_mtime,
-    )
+    # Stopped with a savepoint by `pipelines jobs stop`, into the job's own savepoint dir.
+    stopped = run_cli("jobs", "stop", names("tx"), "--jobmanager", jm.address).stdout
+    location = re.search(r"savepoint written to file:(\S+)", stopped).group(1)
+    assert f"job passthrough ({job_id}) stopped" in stopped
+    assert location.startswith(f"{state}/savepoints/passthrough/savepoint-")
+    assert f"resume with: pipelines submit passthrough --from-checkpoint file:{location}" in stopped
+    assert {j.id: j.state for j in jm.jobs()}[job_id] == "FINISHED"
+    newest = Path(location) / "_metadata"
+    assert newest.is_file()
     # Old enough: its age plus one checkpoint interval reaches the 15 s transaction timeout.
     _wait(lambda: time.time() - newest.stat().st_mtime + 1 >= 15, 60, "the checkpoint to age")
     before = {j.id for j in jm.jobs()}
@@ -161,7 +168,7 @@ def test_restore_older_than_the_transaction_timeout_is_refused_with_the_arithmet
     )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert re.fullmatch(
-        rf"error: --from-checkpoint file://{newest.parent}: written \d+ s ago; its sink "
+        rf"error: --from-checkpoint {newest.parent.as_uri()}: written \d+ s ago; its sink "
         r"transactions began up to checkpoint.interval \(1 s\) before it, so \d+ s >= "
         r"sink.transaction_timeout \(15 s\): the broker has aborted them, and the records they "
         r"held \(up to one checkpoint interval of output per sink subtask\) would be lost "
