@@ -348,14 +348,16 @@ def package_job(
 
     job = loaded.settings.job.name
     jar_paths = jar_module.resolve()
+    needs: list[Requirement] = []
+    config = effective_config(loaded, needs)
+    cluster_python = python or "python3"
+    check_script_values(jobmanager, cluster_python, needs)  # before anything is written
     _clear_earlier_package(out_dir)
     shutil.copytree(
         src_root / "pipelines",
         out_dir / "pipelines",
         ignore=_cluster_sources(job, src_root / "pipelines"),
     )
-    needs: list[Requirement] = []
-    config = effective_config(loaded, needs)
     (out_dir / "conf" / "base").mkdir(parents=True)
     (out_dir / "conf" / "base" / f"{job}.yaml").write_text(
         f"# Effective config of {job}, written by `pipelines package`. Secrets are the\n"
@@ -371,7 +373,6 @@ def package_job(
     for jar in jar_paths:  # copied after src/, so the built jar is the newer one
         shutil.copy(jar, out_dir / "jars" / "lib" / jar.name)
         packaged.append(out_dir / "jars" / "lib" / jar.name)
-    cluster_python = python or "python3"
     command = submit_command(
         f"pipelines.jobs.{job}",
         [],
@@ -404,10 +405,38 @@ def _requirement_lines(needs: list[Requirement]) -> list[str]:
     return lines
 
 
+# What may be written into SUBMIT.sh and a package's README: a value that could end a
+# comment line or a quoted word (newlines, control characters, quotes) is refused before
+# anything is written, and every value is also quoted where the script uses it.
+_HOST_PORT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}")
+_COMMAND = re.compile(r"[A-Za-z0-9_./+@%-]+")
+_SAFE_TEXT = re.compile(r"[^\x00-\x1f\x7f\"'`$\\]+")
+
+
+def check_script_values(jobmanager: str, python: str, needs: list[Requirement]) -> None:
+    if not _HOST_PORT.fullmatch(jobmanager) or not 0 < int(jobmanager.rsplit(":", 1)[1]) < 65536:
+        raise ConfigError(
+            f"--jobmanager {jobmanager!r}: expected HOST:PORT (letters, digits, dots and "
+            f"dashes, then a port), e.g. flink-jm:8081"
+        )
+    if not _COMMAND.fullmatch(python):
+        raise ConfigError(
+            f"--python {python!r}: expected a command or a path (letters, digits and "
+            f"_ . / + @ % -), e.g. /usr/bin/python3.11"
+        )
+    for need in needs:
+        if not _SAFE_TEXT.fullmatch(need.name):
+            raise ConfigError(
+                f"{need.key}: the secret reference {need.kind}:{need.name!r} cannot be written "
+                f"into SUBMIT.sh (quotes, $, backslashes or control characters); rename it"
+            )
+
+
 def submit_script(
     job: str, jars: list[str], python: str, jobmanager: str, needs: list[Requirement]
 ) -> str:
     """SUBMIT.sh: `flink run` of this package, from any directory, to any JobManager."""
+    check_script_values(jobmanager, python, needs)
     q = shlex.quote
     header = [
         "#!/usr/bin/env bash",
@@ -422,10 +451,13 @@ def submit_script(
         "# Other arguments go to the job (e.g. --skip-preflight, --set key=value).",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
-        f'jobmanager="${{JOBMANAGER:-{jobmanager}}}"',
+        # Defaults as single-quoted words of their own: no value is ever parsed as code.
+        f"default_jobmanager={q(jobmanager)}",
+        f"default_python={q(python)}",
+        'jobmanager="${JOBMANAGER:-$default_jobmanager}"',
         'flink="${FLINK_HOME:+$FLINK_HOME/bin/flink}"',
         'flink="${flink:-flink}"',
-        f'python="${{PYTHON:-{python}}}"',
+        'python="${PYTHON:-$default_python}"',
         "while [ $# -gt 0 ]; do",
         '  case "$1" in',
         '    --jobmanager) jobmanager="$2"; shift 2 ;;',

@@ -125,3 +125,99 @@ def test_submit_sh_takes_jobmanager_flink_and_python_from_environment_or_argumen
         f"run -m other:9081 --jarfile jars/lib/{jar} -pyexec /opt/venv/bin/python "
         "-pyclientexec /opt/venv/bin/python"
     )
+
+
+HOSTILE_JOBMANAGER = 'jm:8081}"; touch {canary}; : "'
+HOSTILE_PYTHON = "/usr/bin/python3; touch {canary}"
+
+
+@pytest.mark.parametrize(
+    "argument, value, line",
+    [
+        (
+            "--jobmanager",
+            HOSTILE_JOBMANAGER,
+            "error: --jobmanager 'jm:8081}\"; touch {canary}; : \"': expected HOST:PORT (letters, "
+            "digits, dots and dashes, then a port), e.g. flink-jm:8081",
+        ),
+        ("--jobmanager", "jm:8081\n#", None),
+        ("--jobmanager", "jm:99999", None),
+        (
+            "--python",
+            HOSTILE_PYTHON,
+            "error: --python '/usr/bin/python3; touch {canary}': expected a command or a path "
+            "(letters, digits and _ . / + @ % -), e.g. /usr/bin/python3.11",
+        ),
+        ("--python", "python3\nrm -rf /", None),
+        ("--python", "$(id)", None),
+    ],
+)
+def test_package_takes_no_code_from_its_arguments(tmp_path, argument, value, line):
+    from tests.support import run_cli
+
+    canary = tmp_path / "injected"
+    out = tmp_path / "pkg"
+    proc = run_cli(
+        "package",
+        "passthrough",
+        "--out",
+        str(out),
+        argument,
+        value.replace("{canary}", str(canary)),
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    if line is not None:
+        assert proc.stderr == line.replace("{canary}", str(canary)) + "\n"
+    else:
+        assert proc.stderr.startswith(f"error: {argument} "), proc.stderr
+    assert not out.exists(), "a refused package wrote files"
+    assert not canary.exists()
+
+
+def test_a_secret_reference_that_would_be_code_in_submit_sh_is_refused(tmp_path):
+    from tests.support import run_cli
+
+    secret = tmp_path / "pass$(touch injected)word"
+    secret.write_text("s3cret")
+    proc = run_cli(
+        "package",
+        "passthrough",
+        "--out",
+        str(tmp_path / "pkg"),
+        "--set",
+        "kafka.security.protocol=SASL_SSL",
+        "--set",
+        "kafka.security.sasl_mechanism=PLAIN",
+        "--set",
+        "kafka.security.username=u",
+        "--set",
+        f"kafka.security.password=${{file:{secret}}}",
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: kafka.security.password: the secret reference file:{str(secret)!r} cannot be "
+        f"written into SUBMIT.sh (quotes, $, backslashes or control characters); rename it\n"
+    )
+    assert "s3cret" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_submit_sh_keeps_a_valid_default_as_one_quoted_word(tmp_path):
+    loaded = load_settings("passthrough", environ={})
+    with pytest.raises(Exception, match="--python '/opt/py 3/bin/python'"):
+        package_job(loaded, tmp_path / "pkg", python="/opt/py 3/bin/python", flink="flink")
+    package = package_job(
+        loaded,
+        tmp_path / "pkg",
+        python="/opt/py3.11/bin/python",
+        flink="flink",
+        jobmanager="flink-jm.prod:8081",
+    )
+    script = (package.root / "SUBMIT.sh").read_text()
+    assert "default_jobmanager=flink-jm.prod:8081\n" in script
+    assert "default_python=/opt/py3.11/bin/python\n" in script
+    assert subprocess.run(["bash", "-n", str(package.root / "SUBMIT.sh")]).returncode == 0
