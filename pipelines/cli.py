@@ -135,6 +135,22 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     return parser
 
 
+def private_files() -> None:
+    """Everything this command and what it starts write (checkpoints, logs with records
+    in them, converted stores, broker data, packages) is readable by this user only:
+    umask 077, inherited by the JVMs and Python workers. `.local/` itself is 0700."""
+    import os
+
+    from pipelines.paths import LOCAL_DIR
+
+    os.umask(0o077)
+    try:
+        if LOCAL_DIR.is_dir():
+            LOCAL_DIR.chmod(0o700)
+    except PermissionError:  # another user's checkout: leave it as it is
+        pass
+
+
 def subcommands(parser: argparse.ArgumentParser):
     """The parser's subcommand registry, for pipelines/devtools/cli.py to add to."""
     return parser.subcommands
@@ -148,6 +164,7 @@ def main(
     # Ctrl-C must work however we were started: a program launched in the background of a
     # non-interactive shell inherits SIGINT as ignored. `run` installs richer handlers.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    private_files()
     install_cli_handler()
     args = (parser or build_parser()).parse_args(argv)
     args.mask = SecretMask()  # learns each config's secrets as it is loaded (runner.load)

@@ -304,6 +304,18 @@ class Package:
     requirements: list["Requirement"]
 
 
+def shippable(root: Path) -> None:
+    """Make a tree that holds no secret readable by everyone: the CLI writes under umask
+    077, and a package or an image context is code, config with secret *references*, jars
+    and wheels, meant for other users and machines (the official Flink image runs its
+    processes as `flink`, not as the owner of these files)."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        executable = path.is_dir() or path.stat().st_mode & 0o100
+        path.chmod(0o755 if executable else 0o644)
+
+
 def _clear_earlier_package(out_dir: Path) -> None:
     """Replace an earlier package; refuse anything else (it may be the user's own files),
     and refuse a package that holds state: packages before the state root moved out of
@@ -316,7 +328,7 @@ def _clear_earlier_package(out_dir: Path) -> None:
                 f"--out {out_dir}: not empty and not an earlier package (no "
                 f"{PACKAGE_MARKER}); choose an empty or new directory"
             )
-        if (out_dir / ".local").exists():
+        if any((out_dir / ".local").glob("*points/*")):  # checkpoints/, savepoints/
             raise ConfigError(
                 f"--out {out_dir}: the earlier package holds state in {out_dir / '.local'} "
                 f"(checkpoints or savepoints of a submitted job); move it out (e.g. into "
@@ -392,6 +404,7 @@ def package_job(
     (out_dir / PACKAGE_MARKER).write_text(
         "written by `pipelines package`; the next package into this directory replaces it\n"
     )
+    shippable(out_dir)
     return Package(out_dir, job, packaged, command, needs)
 
 

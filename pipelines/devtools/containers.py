@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.paths import PROJECT_ROOT, local_state
+from pipelines.templates import shippable
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +243,7 @@ def ensure_kafka_image() -> str:
         shutil.copy2(path, context / path.name)
     for jar in libs:
         _link_or_copy(jar, context / "libs" / jar.name)
+    shippable(context)  # built under umask 077: see templates.shippable
     docker(
         "build",
         "-q",
@@ -341,6 +343,7 @@ def build_deploy_image(
     for path in wheels.iterdir():
         if path.name != ".inputs":
             _link_or_copy(path, context / "dist" / "wheels" / path.name)
+    shippable(context)  # built under umask 077: see templates.shippable
     docker(
         "build",
         "-q",

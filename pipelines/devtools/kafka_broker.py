@@ -122,6 +122,7 @@ class Broker:
 
     def _write_config(self) -> Path:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.chmod(0o700)  # its data is records; its config, store passwords
         ctl = self.ctl_port
         listeners = [f"PLAINTEXT://127.0.0.1:{self.port}"]
         if self.secure:
@@ -154,6 +155,8 @@ class Broker:
                 f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram}",
             ]
         props = self.state_dir / "server.properties"
+        props.touch(mode=0o600)
+        props.chmod(0o600)  # keystore and truststore passwords
         props.write_text("\n".join(lines) + "\n")
         self._write_log4j()
         return props

@@ -203,3 +203,16 @@ def test_cli_commands_connect_as_the_job_does(secure, names):
     assert sum(r["log_end"] for r in rows) == 120
     listing = run_cli("kafka", "transactions", "--job", "passthrough", *sets, "list")
     assert names("tx") in listing.stdout
+
+
+def test_the_secure_brokers_files_are_private(secure):
+    """Its config holds the store passwords, its data the records."""
+    import stat
+
+    def mode(path):
+        return stat.S_IMODE(path.stat().st_mode)
+
+    assert mode(secure.state_dir / "server.properties") == 0o600
+    assert mode(secure.state_dir) == 0o700
+    assert mode(secure.tls.dir) == 0o700
+    assert mode(secure.user_password_file()) == 0o600

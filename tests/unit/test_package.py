@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -221,3 +222,24 @@ def test_submit_sh_keeps_a_valid_default_as_one_quoted_word(tmp_path):
     assert "default_jobmanager=flink-jm.prod:8081\n" in script
     assert "default_python=/opt/py3.11/bin/python\n" in script
     assert subprocess.run(["bash", "-n", str(package.root / "SUBMIT.sh")]).returncode == 0
+
+
+def test_a_package_made_under_umask_077_is_readable_by_the_cluster_user(tmp_path):
+    """The CLI writes under umask 077; a package (code, config with secret references,
+    jars) is for other users: a TaskManager that runs as `flink` must read it."""
+    import stat
+
+    loaded = load_settings("passthrough", environ={})
+    previous = os.umask(0o077)
+    try:
+        package = package_job(loaded, tmp_path / "pkg", python=None, flink="flink")
+    finally:
+        os.umask(previous)
+    modes = {
+        path.relative_to(package.root): stat.S_IMODE(path.stat().st_mode)
+        for path in [package.root, *package.root.rglob("*")]
+    }
+    assert modes[Path("SUBMIT.sh")] == 0o755
+    assert all(m in (0o644, 0o755) for m in modes.values()), {
+        p: oct(m) for p, m in modes.items() if m not in (0o644, 0o755)
+    }
