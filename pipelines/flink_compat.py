@@ -8,6 +8,7 @@ pinned wheel, so an upgrade that moves one fails a test instead of a job.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections import deque
@@ -36,6 +37,9 @@ def gateway_in_group(owner):
         # The JVM's stdout too: PyFlink leaves it on the terminal, where a restarting job's
         # uncaught-exception traces (40 lines each) flooded the progress lines.
         kwargs.setdefault("stdout", subprocess.PIPE)
+        from pipelines.loopback import preload_env
+
+        kwargs["env"] = preload_env(kwargs.get("env") or dict(os.environ))
         proc = subprocess.Popen(*args, process_group=0, **kwargs)
         owner.adopt(proc.pid)
         for stream in (proc.stdout, proc.stderr):

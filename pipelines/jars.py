@@ -153,6 +153,9 @@ def fetch() -> list[Path]:
             raise JarError(problem)
         log.info(f"ok       {jar.coordinates}")
     build_project_jar()
+    from pipelines.loopback import build_shim
+
+    build_shim()
     return resolve()
 
 

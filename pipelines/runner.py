@@ -384,8 +384,10 @@ def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
     """Run `body` with stop signals handled, the JVM's process group owned, and the
     in-process Python workers' output in a log file."""
     from pipelines.flink_compat import GATEWAY_STDERR, disconnect_gateway, gateway_in_group
+    from pipelines.loopback import bind_grpc_to_loopback
     from pipelines.paths import local_state
 
+    bind_grpc_to_loopback()  # PyFlink's worker pool in this process binds [::] otherwise
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     terminal = sys.stderr
@@ -470,6 +472,10 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
         "rest.bind-port": "0",
         "rest.address": "127.0.0.1",
         "rest.bind-address": "127.0.0.1",
+        "jobmanager.bind-host": "127.0.0.1",
+        "taskmanager.bind-host": "127.0.0.1",
+        "jobmanager.rpc.address": "127.0.0.1",
+        "taskmanager.host": "127.0.0.1",
         "metrics.fetcher.update-interval": "2 s",
         **(extra_conf or {}),
     }

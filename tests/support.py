@@ -279,3 +279,63 @@ def run_cli(
             f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
         )
     return subprocess.CompletedProcess(started.args, code, out, err)
+
+
+# ------------------------------------------------------------------ listening sockets
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def _address(hex_address: str) -> str:
+    import ipaddress
+
+    host, port = hex_address.split(":")
+    raw = bytes.fromhex(host)
+    # /proc/net/tcp{,6} print each 32-bit word in host (little-endian) order.
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return f"{ipaddress.ip_address(words)}|{int(port, 16)}"
+
+
+def listening_sockets(pids) -> dict[str, int]:
+    """{"address|port": pid} of every TCP socket in LISTEN state held by one of `pids`,
+    read from /proc (each process's /proc/<pid>/net/tcp and tcp6 and its socket fds)."""
+    owners = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
+    found: dict[str, int] = {}
+    tables = {Path(f"/proc/{pid}/net") for pid in pids if Path(f"/proc/{pid}/net").exists()}
+    for table in tables:
+        for name in ("tcp", "tcp6"):
+            try:
+                lines = (table / name).read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in owners:  # 0A: LISTEN
+                    found[_address(fields[1])] = owners[fields[9]]
+    return found
+
+
+def not_loopback(listeners: dict[str, int]) -> dict[str, str]:
+    """The listeners bound to anything but a loopback address, with their owner's command."""
+    import ipaddress
+
+    bad = {}
+    for key, pid in listeners.items():
+        address = ipaddress.ip_address(key.split("|")[0])
+        mapped = getattr(address, "ipv4_mapped", None)
+        if not (address.is_loopback or (mapped is not None and mapped.is_loopback)):
+            bad[key] = _cmdline(pid)[:160]
+    return bad

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 BEAM_VERSION = "2.61.0"
 PRISM_VERSION = "v2.61.0"
+PRISM_MODULE = "github.com/apache/beam/sdks/v2"
 POM = JARS_DIR / "beam" / "pom.xml"
 CHECKSUMS = JARS_DIR / "beam" / "sha256.txt"
 LIBS = local_state("beam", "libs")
@@ -81,11 +82,26 @@ def ensure_java(libs: Path = LIBS) -> list[Path]:
     return check_libs(libs)
 
 
-def ensure_prism(binary: Path = PRISM) -> Path:
-    """Build Prism from the Go module proxy at the pinned version (once)."""
-    marker = binary.with_suffix(".version")
-    if binary.is_file() and marker.is_file() and marker.read_text() == PRISM_VERSION:
-        return binary
+# Prism listens on every interface (its job server on `:port`, its FnAPI worker server on
+# `:0`) and has no option to say otherwise; Go makes its own system calls, so the loopback
+# shim cannot reach it. Built here from the module's source with these two lines changed
+# (each must match exactly once, or the build stops and says the patch no longer applies).
+PRISM_PATCHES = (
+    (
+        "go/pkg/beam/runners/prism/internal/jobservices/server.go",
+        'net.Listen("tcp", fmt.Sprintf(":%d", port))',
+        'net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))',
+    ),
+    (
+        "go/pkg/beam/runners/prism/internal/worker/worker.go",
+        'net.Listen("tcp", ":0")',
+        'net.Listen("tcp", "127.0.0.1:0")',
+    ),
+)
+PRISM_BUILD = f"{PRISM_VERSION}+loopback"
+
+
+def _go() -> str:
     go = shutil.which("go") or next(
         (str(p) for p in (Path("/usr/local/go/bin/go"),) if p.is_file()), None
     )
@@ -93,19 +109,56 @@ def ensure_prism(binary: Path = PRISM) -> Path:
         raise BeamSetupError(
             "go is not on PATH: the Prism runner is built from the Go module proxy"
         )
-    log.info(f"beam     building Prism {PRISM_VERSION} with go (about a minute, once)")
+    return go
+
+
+def patch_prism_source(root: Path) -> None:
+    """Apply PRISM_PATCHES under `root` (a copy of the module), each exactly once."""
+    for relative, old, new in PRISM_PATCHES:
+        path = root / relative
+        text = path.read_text()
+        if text.count(old) != 1:
+            raise BeamSetupError(
+                f"the Prism loopback patch no longer applies to {relative} at "
+                f"{PRISM_VERSION} ({text.count(old)} matches of {old!r}); update PRISM_PATCHES"
+            )
+        path.write_text(text.replace(old, new))
+
+
+def ensure_prism(binary: Path = PRISM) -> Path:
+    """Build Prism from the Go module proxy at the pinned version, its listeners patched to
+    loopback (once)."""
+    marker = binary.with_suffix(".version")
+    if binary.is_file() and marker.is_file() and marker.read_text() == PRISM_BUILD:
+        return binary
+    go = _go()
+    log.info(f"beam     building Prism {PRISM_BUILD} with go (about a minute, once)")
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+
+    def run(*args: str, cwd: Path | None = None) -> str:
+        result = subprocess.run([go, *args], capture_output=True, text=True, env=env, cwd=cwd)
+        if result.returncode != 0:
+            tail = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
+            raise BeamSetupError(f"go could not build Prism {PRISM_BUILD}: {tail}")
+        return result.stdout
+
+    module = json.loads(run("mod", "download", "-json", f"{PRISM_MODULE}@{PRISM_VERSION}"))
+    source = binary.parent.parent / "prism-src"
+    shutil.rmtree(source, ignore_errors=True)
+    source.mkdir(parents=True)
+    for part in ("go", "go.mod", "go.sum"):  # not its java/, python/, typescript/
+        origin = Path(module["Dir"]) / part
+        if origin.is_dir():
+            shutil.copytree(origin, source / part)
+        else:
+            shutil.copy(origin, source / part)
+    for path in [source, *source.rglob("*")]:  # the module cache's files are read-only
+        path.chmod(path.stat().st_mode | 0o200)
+    patch_prism_source(source)
     binary.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOBIN": str(binary.parent), "GOFLAGS": "-mod=mod"}
-    result = subprocess.run(
-        [go, "install", f"github.com/apache/beam/sdks/v2/go/cmd/prism@{PRISM_VERSION}"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if result.returncode != 0 or not binary.is_file():
-        tail = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
-        raise BeamSetupError(f"go could not build Prism {PRISM_VERSION}: {tail}")
-    marker.write_text(PRISM_VERSION)
+    run("build", "-o", str(binary), "./go/cmd/prism", cwd=source)
+    shutil.rmtree(source, ignore_errors=True)
+    marker.write_text(PRISM_BUILD)
     return binary
 
 
@@ -128,9 +181,13 @@ def start_listening(
 ) -> subprocess.Popen:
     """Start `command` in a process group `owner` ends, its output to `log_path`, and
     return once it listens on `port` (BeamSetupError if it exits or does not in time)."""
+    from pipelines.loopback import preload_env
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as out:
-        proc = owner.popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = owner.popen(
+            command, env=preload_env(env or dict(os.environ)), stdout=out, stderr=subprocess.STDOUT
+        )
     _wait_listening(port, proc, what, log_path, deadline_s)
     return proc
 

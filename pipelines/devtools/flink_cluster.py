@@ -85,7 +85,9 @@ class Cluster:
                 "PATH": f"{venv_bin}:{env.get('PATH', '')}",
             }
         )
-        return env
+        from pipelines.loopback import preload_env
+
+        return preload_env(env)
 
     def write_lib(self) -> None:
         """lib/ of the wheel plus opt/flink-python: without it the JobManager cannot load

@@ -23,7 +23,16 @@ from pipelines.devtools.topics import (
     read_all,
     read_messages,
 )
-from tests.support import CLI, Started, process_tree, run_cli, topic_args, wait_gone
+from tests.support import (
+    CLI,
+    Started,
+    listening_sockets,
+    not_loopback,
+    process_tree,
+    run_cli,
+    topic_args,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -177,6 +186,13 @@ def test_streaming_on_prism_is_exact_and_ctrl_c_leaves_nothing(
         time.sleep(2)
     tree = process_tree(job.proc.pid)
     assert any("prism" in cmd for _, cmd in tree.values()), tree
+    # Every listener of the run (Prism's job and worker servers, the expansion service, the
+    # Java worker, Beam's LOOPBACK worker pool in the CLI) is on loopback.
+    listeners = listening_sockets(set(tree))
+    owners = {" ".join(tree[pid][1].split()[:1]) for pid in listeners.values() if pid in tree}
+    print(f"[prism] listeners {sorted(listeners)}")
+    assert any("prism" in owner for owner in owners), owners
+    assert len(listeners) >= 4 and not_loopback(listeners) == {}
     started = time.monotonic()
     job.proc.send_signal(signal.SIGINT)
     code = job.wait(timeout=STOP_LIMIT_S + 30)
@@ -308,6 +324,8 @@ def test_a_long_direct_run_stops_within_30_s(beam_ready, kafka, names, enrichmen
         assert time.monotonic() < deadline and job.proc.poll() is None, job.output[-3000:]
         time.sleep(0.5)
     tree = job.tree()
+    listeners = listening_sockets(set(tree))  # the expansion service, the Java worker
+    assert len(listeners) >= 2 and not_loopback(listeners) == {}, listeners
     started = time.monotonic()
     job.proc.send_signal(signum)
     code = job.wait(timeout=STOP_LIMIT_S + 30)

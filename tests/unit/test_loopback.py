@@ -1,0 +1,78 @@
+"""The loopback shim and the socket audit, on plain sockets: the audit finds a wildcard
+listener (so the integration audits can fail), and the shim turns wildcard TCP binds into
+loopback binds, IPv4 and IPv6 (dual-stack and IPv6-only), leaving UDP and explicit
+addresses alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipelines.loopback import SHIM
+from tests.support import listening_sockets, not_loopback
+
+pytestmark = pytest.mark.unit
+
+BINDER = textwrap.dedent(
+    """
+    import socket, sys, time
+    made = []
+    for family, host, v6only in [
+        (socket.AF_INET, "0.0.0.0", None),
+        (socket.AF_INET6, "::", 0),
+        (socket.AF_INET6, "::", 1),
+        (socket.AF_INET, "127.0.0.1", None),
+    ]:
+        s = socket.socket(family, socket.SOCK_STREAM)
+        if v6only is not None:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+        s.bind((host, 0))
+        s.listen()
+        made.append(s)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("0.0.0.0", 0))
+    print(" ".join(str(s.getsockname()[0]) for s in made), u.getsockname()[0], flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def _start(preload: bool):
+    env = dict(os.environ)
+    if preload:
+        env["LD_PRELOAD"] = str(SHIM)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BINDER], stdout=subprocess.PIPE, text=True, env=env
+    )
+    bound = proc.stdout.readline().split()
+    return proc, bound
+
+
+def test_the_audit_finds_wildcard_listeners():
+    proc, bound = _start(preload=False)
+    try:
+        assert bound == ["0.0.0.0", "::", "::", "127.0.0.1", "0.0.0.0"]
+        listeners = listening_sockets({proc.pid})
+        assert len(listeners) == 4
+        assert sorted(k.split("|")[0] for k in not_loopback(listeners)) == ["0.0.0.0", "::", "::"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_shim_binds_wildcard_tcp_listeners_to_loopback():
+    assert SHIM.is_file(), "run `make jars` to build the shim"
+    proc, bound = _start(preload=True)
+    try:
+        # IPv4 wildcard -> 127.0.0.1; dual-stack IPv6 -> IPv4-mapped 127.0.0.1; IPv6-only ->
+        # ::1; an explicit address and a UDP socket as they were.
+        assert bound == ["127.0.0.1", "::ffff:127.0.0.1", "::1", "127.0.0.1", "0.0.0.0"]
+        listeners = listening_sockets({proc.pid})
+        assert len(listeners) == 4 and not_loopback(listeners) == {}
+    finally:
+        proc.kill()
+        proc.wait()
