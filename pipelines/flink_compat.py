@@ -84,6 +84,7 @@ class _StderrTail:
                         if self._file is None or self._file.name != str(self.path):
                             self.path.parent.mkdir(parents=True, exist_ok=True)
                             self._file = open(self.path, "a", encoding="utf-8")
+                            self.path.chmod(0o600)  # also a log an older run left 0644
                         self._file.write(line + "\n")
                         self._file.flush()
 

@@ -347,6 +347,7 @@ class WorkerOutput(io.TextIOBase):
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "w", encoding="utf-8", errors="replace")
+            self.path.chmod(0o600)  # records may be in it
         self._file.write(text)
         self._file.flush()
         return len(text)
@@ -390,12 +391,13 @@ def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
     bind_grpc_to_loopback()  # PyFlink's worker pool in this process binds [::] otherwise
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
-    terminal = sys.stderr
-    sys.stderr = WorkerOutput(terminal, worker_log_path(job))
+    sys.stderr = WorkerOutput(sys.stderr, worker_log_path(job))
     GATEWAY_STDERR.log_to(local_state("logs", f"{job}-jvm.log"))
-    # For the rest of this process: a thread that dies as the JVM goes away (Beam's data
-    # plane reading from a cancelled job: "Multiplexer hanging up") writes to the worker
-    # log, not the terminal. Such threads end after this function has returned.
+    # For the rest of this process, other threads write to the worker log, not the
+    # terminal: Beam's harness threads report their shutdown as the JVM goes away, after
+    # this function has returned ("Multiplexer hanging up" from a dying data-plane thread,
+    # "Logging client failed ... resetting" printed by its log handler). The main thread's
+    # writes still reach the terminal.
     threading.excepthook = _to_log(worker_log_path(job))
     try:
         with gateway_in_group(owner):
@@ -405,7 +407,6 @@ def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
             log.info(f"Python worker output: {sys.stderr.path}")
         raise
     finally:
-        sys.stderr = terminal
         disconnect_gateway()
         owner.end()
         stops.restore()

@@ -87,7 +87,15 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_the_test_run_and_cleans_up_within_30_s(ci_tree, signum):
     tree, env, log = ci_tree
-    ci = subprocess.Popen(["bash", ".ci/run"], cwd=tree, env=env, start_new_session=True)
+    # As a terminal or a CI runner that can deliver it starts it: SIGINT not ignored (this
+    # suite itself may run with SIGINT ignored, as `.ci/run` starts it in the background).
+    ci = subprocess.Popen(
+        ["bash", ".ci/run"],
+        cwd=tree,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         _wait_for(lambda: _lines(log, "child"), 20, "the fake test run to start")
         child = int(_lines(log, "child")[0])
