@@ -74,6 +74,19 @@ class _StderrTail:
     def log_to(self, path) -> None:
         self.path = path
 
+    def _write(self, line: str) -> None:
+        """Append to the log; where it cannot be written (a read-only image), keep only the
+        tail: the pump must go on draining, or the JVM blocks on a full pipe."""
+        try:
+            if self._file is None or self._file.name != str(self.path):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "a", encoding="utf-8")
+                self.path.chmod(0o600)  # also a log an older run left 0644
+            self._file.write(line + "\n")
+            self._file.flush()
+        except OSError:
+            self.path, self._file = None, None
+
     def follow(self, stream) -> None:
         def pump():
             for raw in iter(stream.readline, b""):
@@ -81,12 +94,7 @@ class _StderrTail:
                 self.lines.append(line)
                 if self.path is not None:
                     with self._lock:
-                        if self._file is None or self._file.name != str(self.path):
-                            self.path.parent.mkdir(parents=True, exist_ok=True)
-                            self._file = open(self.path, "a", encoding="utf-8")
-                            self.path.chmod(0o600)  # also a log an older run left 0644
-                        self._file.write(line + "\n")
-                        self._file.flush()
+                        self._write(line)
 
         threading.Thread(target=pump, name="gateway-output", daemon=True).start()
 

@@ -344,12 +344,15 @@ class WorkerOutput(io.TextIOBase):
     def write(self, text: str) -> int:
         if threading.current_thread() is threading.main_thread():
             return self.terminal.write(text)
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", encoding="utf-8", errors="replace")
-            self.path.chmod(0o600)  # records may be in it
-        self._file.write(text)
-        self._file.flush()
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "w", encoding="utf-8", errors="replace")
+                self.path.chmod(0o600)  # records may be in it
+            self._file.write(text)
+            self._file.flush()
+        except OSError:  # a read-only image: the terminal, rather than nowhere
+            return self.terminal.write(text)
         return len(text)
 
     def flush(self) -> None:
@@ -366,11 +369,16 @@ def _to_log(path: Path):
 
         if args.exc_type is SystemExit:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8", errors="replace") as log:
-            name = args.thread.name if args.thread is not None else "?"
-            log.write(f"Exception in thread {name}:\n")
-            traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=log)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8", errors="replace") as log:
+                name = args.thread.name if args.thread is not None else "?"
+                log.write(f"Exception in thread {name}:\n")
+                traceback.print_exception(
+                    args.exc_type, args.exc_value, args.exc_traceback, file=log
+                )
+        except OSError:  # a read-only image: Python's own report, rather than nothing
+            threading.__excepthook__(args)
 
     return excepthook
 
@@ -620,13 +628,19 @@ class LocalRuns:
                     continue
                 raise Failure(str(exc)) from None
 
-    def register(self, url: str, prefix: str) -> Path:
+    def register(self, url: str, prefix: str) -> Path | None:
+        """Best effort: where this directory cannot be written (a read-only image, another
+        user's checkout) the run goes on, unregistered, and says so."""
         from pipelines.processes import PidFile
 
-        self.dir.mkdir(parents=True, exist_ok=True)
         entry = self.dir / f"{os.getpid()}.json"
-        PidFile(entry.with_suffix(".pid"), "pipelines", "run     ").write(os.getpid())
-        entry.write_text(json.dumps({"url": url, "prefix": prefix}))
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            PidFile(entry.with_suffix(".pid"), "pipelines", "run     ").write(os.getpid())
+            entry.write_text(json.dumps({"url": url, "prefix": prefix}))
+        except OSError as exc:
+            log.info(f"warning: this run is not registered in {self.dir} ({exc.strerror})")
+            return None
         return entry
 
 
@@ -669,10 +683,13 @@ class ProgressMonitor:
                 where = f"{head[:60]} ... ({subtask}" if subtask else where[:80] + " ..."
             told = ""
             if self.trace_log is not None:
-                self.trace_log.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.trace_log, "a", encoding="utf-8") as log:
-                    log.write(f"--- failure #{len(self._failures_seen)} in {where}\n{trace}\n")
-                told = f"; full trace in {self.trace_log}"
+                try:
+                    self.trace_log.parent.mkdir(parents=True, exist_ok=True)
+                    with open(self.trace_log, "a", encoding="utf-8") as log:
+                        log.write(f"--- failure #{len(self._failures_seen)} in {where}\n{trace}\n")
+                    told = f"; full trace in {self.trace_log}"
+                except OSError:  # a read-only image: the cause line alone
+                    self.trace_log = None
             lines.append(f"failure #{len(self._failures_seen)} in {where}: {cause}{told}")
         return lines
 
