@@ -108,20 +108,20 @@ class _LoopbackGrpc:
         return getattr(self._grpc, name)
 
 
-# The modules that start a gRPC worker pool in this process and bind it to `[::]`:
-# PyFlink's loopback pool (local runs), Beam's LOOPBACK pool (`pipelines beam run`).
-WORKER_POOL_MODULES = (
-    "pyflink.fn_execution.beam.beam_worker_pool_service",
-    "apache_beam.runners.worker.worker_pool_main",
-)
+# The modules that start a gRPC worker pool in this process and bind it to `[::]`.
+PYFLINK_WORKER_POOL = "pyflink.fn_execution.beam.beam_worker_pool_service"  # local Flink runs
+BEAM_WORKER_POOL = "apache_beam.runners.worker.worker_pool_main"  # `pipelines beam run`
 
 
-def bind_grpc_to_loopback() -> None:
+def bind_grpc_to_loopback(module_name: str) -> None:
+    """Bind the worker pool of `module_name` to localhost. One module per kind of run:
+    importing PyFlink's fn_execution into a Beam pipeline's process registers PyFlink's
+    operations with Beam, and every Beam run then failed ("Error parsing message with type
+    'org.apache.flink.fn_execution.v1.UserDefinedDataStreamFunction'")."""
     import importlib
 
     import grpc
 
-    for name in WORKER_POOL_MODULES:
-        module = importlib.import_module(name)
-        if not isinstance(module.grpc, _LoopbackGrpc):
-            module.grpc = _LoopbackGrpc(grpc)
+    module = importlib.import_module(module_name)
+    if not isinstance(module.grpc, _LoopbackGrpc):
+        module.grpc = _LoopbackGrpc(grpc)

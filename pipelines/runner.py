@@ -393,10 +393,10 @@ def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
     """Run `body` with stop signals handled, the JVM's process group owned, and the
     in-process Python workers' output in a log file."""
     from pipelines.flink_compat import GATEWAY_STDERR, disconnect_gateway, gateway_in_group
-    from pipelines.loopback import bind_grpc_to_loopback
+    from pipelines.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
     from pipelines.paths import local_state
 
-    bind_grpc_to_loopback()  # PyFlink's worker pool in this process binds [::] otherwise
+    bind_grpc_to_loopback(PYFLINK_WORKER_POOL)  # it binds [::] otherwise
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     sys.stderr = WorkerOutput(sys.stderr, worker_log_path(job))

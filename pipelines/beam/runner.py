@@ -193,11 +193,11 @@ def run(name: str, args) -> int:
     """Run Beam job `name` until it ends (bounded) or is stopped (streaming)."""
     import sys
 
-    from pipelines.loopback import bind_grpc_to_loopback
+    from pipelines.loopback import BEAM_WORKER_POOL, bind_grpc_to_loopback
     from pipelines.runner import WorkerOutput
 
     module = load_beam_job(name)
-    bind_grpc_to_loopback()  # Beam's LOOPBACK worker pool in this process binds [::] otherwise
+    bind_grpc_to_loopback(BEAM_WORKER_POOL)  # Beam's LOOPBACK pool binds [::] otherwise
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     holder: dict = {}  # the PipelineResult once submitted, for a stop to cancel

@@ -269,8 +269,13 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (what random-uuid prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, base64url without padding (what random-uuid prints).
+    Never one starting with `-`: kafka-storage's `--cluster-id -x...` takes it for an option
+    and the broker container exits (1 start in 64; seen in CI)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 # ------------------------------------------------------------------ the deploy image

@@ -323,9 +323,15 @@ def test_a_long_direct_run_stops_within_30_s(beam_ready, kafka, names, enrichmen
     while not any("ExternalWorkerService" in cmd for _, cmd in job.tree().values()):
         assert time.monotonic() < deadline and job.proc.poll() is None, job.output[-3000:]
         time.sleep(0.5)
+    # Both Java services listening (the expansion service, the Java worker): every
+    # listener of the run on loopback.
+    listeners: dict = {}
+    while len(listeners) < 2:
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.output[-3000:]
+        listeners = listening_sockets(set(job.tree()))
+        time.sleep(0.2)
+    assert not_loopback(listening_sockets(set(job.tree()))) == {}, listeners
     tree = job.tree()
-    listeners = listening_sockets(set(tree))  # the expansion service, the Java worker
-    assert len(listeners) >= 2 and not_loopback(listeners) == {}, listeners
     started = time.monotonic()
     job.proc.send_signal(signum)
     code = job.wait(timeout=STOP_LIMIT_S + 30)

@@ -58,3 +58,13 @@ def test_cluster_ids_are_kraft_shaped_and_fresh():
     ids = {cluster_id() for _ in range(20)}
     assert len(ids) == 20
     assert all(len(i) == 22 and "=" not in i for i in ids)
+
+
+def test_a_cluster_id_never_starts_with_a_dash():
+    """kafka-storage reads `--cluster-id -x...` as an option and the broker container exits:
+    1 start in 64 before the fix (seen in CI)."""
+    from pipelines.devtools.containers import cluster_id
+
+    ids = [cluster_id() for _ in range(3000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert all(len(i) == 22 for i in ids)
