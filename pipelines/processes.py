@@ -116,6 +116,7 @@ def start_time(pid: int) -> int | None:
 
 
 def proc_stats_of(pid: int) -> list[str] | None:
+    """The fields after the command name of /proc/<pid>/stat; None when it is gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -197,10 +198,9 @@ def proc_stats() -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
+            fields = proc_stats_of(int(entry.name))
+            if fields is not None:
+                out[int(entry.name)] = fields
     return out
 
 

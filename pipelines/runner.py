@@ -488,8 +488,9 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
         "metrics.fetcher.update-interval": "2 s",
         **(extra_conf or {}),
     }
+    identity = transactional_identity(loaded.settings)
     runs = LocalRuns()
-    runs.refuse_second_copy(job, transactional_identity(loaded.settings))
+    runs.refuse_second_copy(job, identity)
     env = create_environment(loaded.settings, extra, uses=jobs.uses(module))
     module.build(env, loaded.settings)
     client = env.execute_async(job)
@@ -503,7 +504,7 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
         log.info(f"warning: no progress lines: the mini-cluster's REST address is unknown ({exc})")
     log.info(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
     if url:
-        state["registered"] = runs.register(url, transactional_identity(loaded.settings))
+        state["registered"] = runs.register(url, identity)
     from pipelines.paths import local_state
 
     failures_log = local_state("logs", f"{job}-failures.log")
@@ -600,6 +601,13 @@ class LocalRuns:
 
         self.dir = local_state("runs")
 
+    @staticmethod
+    def _holder(entry: Path):
+        """The pid file beside a run's entry: the run registered is alive only while it is."""
+        from pipelines.processes import PidFile
+
+        return PidFile(entry.with_suffix(".pid"), "pipelines", "run     ")
+
     def refuse_second_copy(self, job: str, prefix: str) -> None:
         from pipelines.jobmanager import (
             DEFAULT_JOBMANAGER,
@@ -607,7 +615,6 @@ class LocalRuns:
             JobManagerError,
             refuse_second_copy,
         )
-        from pipelines.processes import PidFile
 
         addresses = [DEFAULT_JOBMANAGER]
         for entry in sorted(self.dir.glob("*.json")):
@@ -615,8 +622,7 @@ class LocalRuns:
                 run = json.loads(entry.read_text())
             except (OSError, ValueError):
                 continue
-            holder = PidFile(entry.with_suffix(".pid"), "pipelines", "run     ")
-            if holder.live() is None:
+            if self._holder(entry).live() is None:
                 entry.unlink(missing_ok=True)
                 continue
             addresses.append(run["url"].removeprefix("http://"))
@@ -631,12 +637,10 @@ class LocalRuns:
     def register(self, url: str, prefix: str) -> Path | None:
         """Best effort: where this directory cannot be written (a read-only image, another
         user's checkout) the run goes on, unregistered, and says so."""
-        from pipelines.processes import PidFile
-
         entry = self.dir / f"{os.getpid()}.json"
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            PidFile(entry.with_suffix(".pid"), "pipelines", "run     ").write(os.getpid())
+            self._holder(entry).write(os.getpid())
             entry.write_text(json.dumps({"url": url, "prefix": prefix}))
         except OSError as exc:
             log.info(f"warning: this run is not registered in {self.dir} ({exc.strerror})")
