@@ -45,6 +45,7 @@ SINGLE_NODE = {
 
 
 SCRAM_USER = "pipelines"  # the user `kafka up --secure` creates
+ADMIN_USER = "admin"  # the secure broker's own login: inter-broker, controller, set-up
 
 
 class BrokerError(Exception):
@@ -86,6 +87,29 @@ class Broker:
     def user_password_file(self, user: str = SCRAM_USER) -> Path:
         return self.tls.dir / f"{user}.password"
 
+    def admin_password(self) -> str:
+        """The super user's password (made once, in a 0600 file): the broker's own
+        listeners take only this login."""
+        from pipelines.devtools.kafka_tls import write_secret
+
+        path = self.user_password_file(ADMIN_USER)
+        if not path.is_file():
+            write_secret(path, secrets.token_urlsafe(18))
+        return path.read_text().strip()
+
+    def admin_conf(self) -> dict[str, str]:
+        """librdkafka settings that reach this broker as its admin: on a secure broker, the
+        PLAIN login on the inter-broker listener; otherwise plaintext."""
+        if not self.runs_secure():
+            return {"bootstrap.servers": self.bootstrap}
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": ADMIN_USER,
+            "sasl.password": self.admin_password(),
+        }
+
     def ports(self) -> list[tuple[int, str]]:
         named = [(self.port, "client"), (self.ctl_port, "controller")]
         if self.secure:
@@ -124,18 +148,31 @@ class Broker:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.chmod(0o700)  # its data is records; its config, store passwords
         ctl = self.ctl_port
-        listeners = [f"PLAINTEXT://127.0.0.1:{self.port}"]
         if self.secure:
-            listeners += [f"SSL://{self.ssl_bootstrap}", f"SASL_SSL://{self.sasl_ssl_bootstrap}"]
+            # No unauthenticated path to data: the broker's own listeners (inter-broker on
+            # `port`, the controller) take only the admin's PLAIN login, TLS and SASL_SSL
+            # clients meet the authorizer, and only the admin is a super user.
+            listeners = [
+                f"INTERNAL://127.0.0.1:{self.port}",
+                f"SSL://{self.ssl_bootstrap}",
+                f"SASL_SSL://{self.sasl_ssl_bootstrap}",
+            ]
+            inter_broker = "INTERNAL"
+            protocols = (
+                "INTERNAL:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL"
+            )
+        else:
+            listeners = [f"PLAINTEXT://127.0.0.1:{self.port}"]
+            inter_broker = "PLAINTEXT"
+            protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
         lines = [
             "process.roles=broker,controller",
             "node.id=1",
             f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{ctl}",
             f"advertised.listeners={','.join(listeners)}",
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-            "SSL:SSL,SASL_SSL:SASL_SSL",
+            f"inter.broker.listener.name={inter_broker}",
+            f"listener.security.protocol.map={protocols}",
             f"controller.quorum.bootstrap.servers=127.0.0.1:{ctl}",
             f"log.dirs={self.data}",
             *(f"{key}={value}" for key, value in SINGLE_NODE.items()),
@@ -144,6 +181,11 @@ class Broker:
             lines.append(f"transaction.max.timeout.ms={self.transaction_max_timeout_ms}")
         if self.secure:
             tls = self.tls
+            admin = self.admin_password()
+            plain = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{ADMIN_USER}" password="{admin}" user_{ADMIN_USER}="{admin}";'
+            )
             scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             lines += [
                 f"ssl.keystore.location={tls.broker_keystore}",
@@ -151,8 +193,17 @@ class Broker:
                 f"ssl.keystore.password={tls.store_password()}",
                 f"ssl.key.password={tls.store_password()}",
                 "ssl.client.auth=none",
-                "sasl.enabled.mechanisms=SCRAM-SHA-512",
+                "sasl.mechanism.inter.broker.protocol=PLAIN",
+                "sasl.mechanism.controller.protocol=PLAIN",
+                "listener.name.internal.sasl.enabled.mechanisms=PLAIN",
+                f"listener.name.internal.plain.sasl.jaas.config={plain}",
+                "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+                f"listener.name.controller.plain.sasl.jaas.config={plain}",
+                "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512",
                 f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram}",
+                "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                f"super.users=User:{ADMIN_USER}",
+                "allow.everyone.if.no.acl.found=false",
             ]
         props = self.state_dir / "server.properties"
         props.touch(mode=0o600)
@@ -218,7 +269,7 @@ class Broker:
         return PidFile(self.pid_file, "kafka.Kafka", "kafka   ").live()
 
     def ready(self, timeout: float = 2.0) -> bool:
-        return broker_answers(self.bootstrap, timeout)
+        return broker_answers(self.admin_conf(), timeout)
 
     def up(self, wait_s: float = 90.0) -> None:
         """Start the broker unless ours is running already; wait until metadata answers."""
@@ -324,27 +375,28 @@ class Broker:
         log.info(self.secure_summary())
 
     def add_scram_user(self, user: str, password: str) -> None:
-        """Create or update a SCRAM-SHA-512 user with Kafka's own kafka-configs tool.
-        (Its --add-config-file does not take SCRAM credentials, so the password is on this
-        local broker's tool's command line for the moment it runs.)"""
-        result = self._java(
-            "kafka.admin.ConfigCommand",
-            "--bootstrap-server",
-            self.bootstrap,
-            "--alter",
-            "--entity-type",
-            "users",
-            "--entity-name",
-            user,
-            "--add-config",
-            f"SCRAM-SHA-512=[password={password}]",
-            timeout=120,
+        """Create or update a SCRAM-SHA-512 user and grant it what the jobs and the CLI need,
+        through the Admin API as the broker's admin: no password on any command line."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
         )
-        if result.returncode != 0:
-            lines = (result.stderr or result.stdout).strip().splitlines()
+
+        admin = AdminClient({**self.admin_conf(), "logger": quiet_logger()})
+        upsert = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
+        )
+        try:
+            for future in admin.alter_user_scram_credentials([upsert]).values():
+                future.result(timeout=60)
+            for future in admin.create_acls(user_acls(user)).values():
+                future.result(timeout=60)
+        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: one line
             raise BrokerError(
-                f"kafka-configs could not create SCRAM user {user!r}: {lines[-1] if lines else ''}"
-            )
+                f"could not set up user {user!r} on {self.bootstrap}: {exc}"
+            ) from None
 
     def secure_summary(self) -> str:
         tls = self.tls
@@ -396,6 +448,16 @@ class Broker:
             "--bootstrap-server",
             bootstrap or self.bootstrap,
         ]
+        if properties is None and bootstrap in (None, self.bootstrap) and self.runs_secure():
+            plain = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{ADMIN_USER}" password="{self.admin_password()}";'
+            )
+            properties = {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": plain,
+            }
         with tempfile.TemporaryDirectory(prefix="pipelines-kafka-") as private:
             if properties:
                 config = Path(private) / "client.properties"
@@ -434,13 +496,46 @@ def _escape_property(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
-    """Whether a broker at `bootstrap` answers a metadata request within `timeout`."""
+def user_acls(user: str) -> list:
+    """What the jobs and the CLI need, for `user`: read and write topics (and create them:
+    the demo and the tests do), read groups, transactional ids, idempotent writes. README
+    "Security" lists the narrower set a team grants on its own cluster."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    wanted = {
+        ResourceType.TOPIC: ("*", ["READ", "WRITE", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"]),
+        ResourceType.GROUP: ("*", ["READ", "DESCRIBE"]),
+        ResourceType.TRANSACTIONAL_ID: ("*", ["WRITE", "DESCRIBE"]),
+        ResourceType.BROKER: ("kafka-cluster", ["IDEMPOTENT_WRITE", "DESCRIBE"]),
+    }
+    return [
+        AclBinding(
+            kind,
+            name,
+            ResourcePatternType.LITERAL,
+            f"User:{user}",
+            "*",
+            getattr(AclOperation, op),
+            AclPermissionType.ALLOW,
+        )
+        for kind, (name, ops) in wanted.items()
+        for op in ops
+    ]
+
+
+def broker_answers(bootstrap: str | dict, timeout: float = 2.0) -> bool:
+    """Whether a broker at `bootstrap` (an address, or a librdkafka config) answers a
+    metadata request within `timeout`."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap, "socket.timeout.ms": 1000, "logger": quiet_logger()}
-    )
+    conf = bootstrap if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
+    admin = AdminClient({**conf, "socket.timeout.ms": 1000, "logger": quiet_logger()})
     try:
         return bool(admin.list_topics(timeout=timeout).brokers)
     except Exception:  # noqa: BLE001 - not answering (yet)

@@ -11,6 +11,7 @@ It also holds which client properties a typed setting owns: `kafka.properties` a
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -127,9 +128,17 @@ def _converted_dir() -> Path:
     return path
 
 
-def _keytool(*args: str, key: str) -> str:
+KEYTOOL_PASSWORD_ENV = "PIPELINES_KEYTOOL_STOREPASS"
+
+
+def _keytool(*args: str, key: str, password: str) -> str:
+    """keytool with the store password in its environment (`-storepass:env`), never on its
+    command line, where any user of the machine could read it in `ps`."""
+    env = {**os.environ, KEYTOOL_PASSWORD_ENV: password}
     try:
-        result = subprocess.run(["keytool", *args], capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            ["keytool", *args], capture_output=True, text=True, timeout=60, env=env
+        )
     except FileNotFoundError:
         raise ConfigError(
             f"{key}: reading a JKS/PKCS12 store for librdkafka needs keytool (a JDK) on PATH"
@@ -173,8 +182,8 @@ def pem_truststore(sec: KafkaSecurity) -> Path:
     def export(source: Path, password: str, out: Path) -> None:
         listing = _keytool(
             "-list", "-rfc", "-keystore", str(source),
-            "-storetype", kind.value, "-storepass", password,
-            key=key,
+            "-storetype", kind.value, "-storepass:env", KEYTOOL_PASSWORD_ENV,
+            key=key, password=password,
         )  # fmt: skip
         blocks = _pem_blocks(listing)
         if not blocks:
@@ -198,9 +207,10 @@ def pkcs12_keystore(sec: KafkaSecurity) -> Path:
     def to_pkcs12(source: Path, password: str, out: Path) -> None:
         _keytool(
             "-importkeystore", "-noprompt", "-srckeystore", str(source),
-            "-srcstoretype", "JKS", "-srcstorepass", password,
-            "-destkeystore", str(out), "-deststoretype", "PKCS12", "-deststorepass", password,
-            key=key,
+            "-srcstoretype", "JKS", "-srcstorepass:env", KEYTOOL_PASSWORD_ENV,
+            "-destkeystore", str(out), "-deststoretype", "PKCS12",
+            "-deststorepass:env", KEYTOOL_PASSWORD_ENV,
+            key=key, password=password,
         )  # fmt: skip
 
     return _converted(

@@ -1,6 +1,6 @@
 """Every job and every CLI command against a secured broker: `pipelines kafka up --secure`
 (a TLS listener and a SASL_SSL SCRAM-SHA-512 one, CA and certificates made at start, the
-user made with Kafka's kafka-configs), the password from `${env:...}` and `${file:...}`,
+user made and granted its ACLs through the Admin API as the broker's admin), the password from `${env:...}` and `${file:...}`,
 truststores as JKS, PKCS12 and PEM. Topics are created and read back over SASL_SSL too."""
 
 from __future__ import annotations
@@ -216,3 +216,74 @@ def test_the_secure_brokers_files_are_private(secure):
     assert mode(secure.state_dir) == 0o700
     assert mode(secure.tls.dir) == 0o700
     assert mode(secure.user_password_file()) == 0o600
+
+
+def _attempt(conf: dict, topic: str, wait_s: float = 12.0) -> tuple[str | None, int, list[str]]:
+    """Try to write one record and to read the topic from the start with `conf`: (the
+    write's error, records read, errors the consumer saw)."""
+    import time
+
+    from confluent_kafka import Consumer, Producer
+
+    from pipelines.kafka_clients import quiet_logger
+
+    errors: list[str] = []
+    base = {**conf, "logger": quiet_logger(), "error_cb": lambda e: errors.append(str(e))}
+    producer = Producer({**base, "message.timeout.ms": int(wait_s * 1000)})
+    outcome: list = []
+    producer.produce(topic, b"intruder", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(wait_s + 10)
+    write_error = str(outcome[0]) if outcome and outcome[0] is not None else None
+    if not outcome:
+        write_error = "no delivery report"
+    consumer = Consumer({**base, "group.id": f"intruder-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    read, deadline = 0, time.monotonic() + wait_s
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                errors.append(str(msg.error()))
+            else:
+                read += 1
+    finally:
+        consumer.close()
+    return write_error, read, errors
+
+
+def test_no_client_without_credentials_reads_or_writes(secure, names):
+    """Plaintext on every port the broker opens, TLS with a trusted CA but no login on the
+    TLS and SASL_SSL ports: each is refused both ways, while the `pipelines` user reads all."""
+    conf = client_conf(secure)
+    create_topics(conf, {names("in"): 1})
+    produce(conf, names("in"), [b"secret-record"] * 5)
+    tls_only = {"security.protocol": "SSL", "ssl.ca.location": str(secure.tls.ca_pem)}
+    attempts = {
+        f"plaintext at {port} ({role})": {"bootstrap.servers": f"127.0.0.1:{port}"}
+        for port, role in secure.ports()
+    }
+    attempts[f"TLS without login at {secure.ssl_bootstrap}"] = {
+        "bootstrap.servers": secure.ssl_bootstrap,
+        **tls_only,
+    }
+    attempts[f"TLS without login at {secure.sasl_ssl_bootstrap}"] = {
+        "bootstrap.servers": secure.sasl_ssl_bootstrap,
+        **tls_only,
+    }
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(attempts)) as pool:  # each waits out its own timeouts
+        outcomes = dict(
+            zip(attempts, pool.map(lambda c: _attempt(c, names("in")), attempts.values()))
+        )
+    for what, (write_error, read, _errors) in outcomes.items():
+        assert write_error is not None, f"{what}: a record was written"
+        assert read == 0, f"{what}: read {read} records"
+    # The TLS listener authenticates nobody, so it is the authorizer that says no there.
+    write_error, _, errors = _attempt(
+        {"bootstrap.servers": secure.ssl_bootstrap, **tls_only}, names("in"), wait_s=6
+    )
+    assert "Authorization failed" in write_error or "AUTHORIZATION" in write_error, write_error
+    assert read_all(conf, names("in")) == [b"secret-record"] * 5
