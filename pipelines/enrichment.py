@@ -328,13 +328,15 @@ def make_sync_function(settings: Settings, client_factory: ClientFactory):
 
 def apply_enrichment(stream, settings: Settings, client_factory: ClientFactory):
     """Wire the enrichment stage into the stream the parse step produced, looking records
-    up with the clients `client_factory(settings)` makes (one per worker).
-    Returns (enriched records, dead letters), both streams of JSON text."""
+    up with the clients `client_factory(settings)` makes (one per worker), from settings
+    without Kafka credentials. Returns (enriched records, dead letters), both streams of JSON text."""
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
 
     from pipelines.flink_compat import split_lines
+    from pipelines.settings.secrets import without_secrets
 
+    settings = without_secrets(settings)  # what the pickled functions below carry
     cfg = settings.enrichment
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
     if cfg.operator is EnrichmentOperator.SYNC:

@@ -19,6 +19,7 @@ import yaml
 
 from pipelines.paths import PACKAGE_MARKER, PROJECT_ROOT, state_root
 from pipelines.settings import ConfigError, Loaded, is_secret_key
+from pipelines.settings.secrets import from_reference, url_passwords
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,11 @@ def _secrets_as_references(
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
             out[key] = _secrets_as_references(value, loaded, needs, dotted + ".")
-        elif value is not None and is_secret_key(dotted):
+        elif value is not None and (
+            is_secret_key(dotted)
+            or from_reference(loaded.sources.get(dotted, ""))
+            or url_passwords(value)
+        ):
             need = _reference_for(dotted, loaded.sources.get(dotted, ""))
             needs.append(need)
             out[key] = f"${{{need.kind}:{need.name}}}"
@@ -521,5 +526,10 @@ def package_readme(job: str, python: str, jobmanager: str, needs: list[Requireme
         "",
         f"`conf/base/{job}.yaml` is the effective config; each secret is the reference it was",
         "loaded from (`${env:NAME}` or `${file:PATH}`), resolved where SUBMIT.sh runs.",
+        "",
+        "`flink run` logs its Python process's whole environment (an `${env:}` secret",
+        "included) at INFO: in the client's `log4j-cli.properties`, set",
+        "`logger.pythonenv.name = org.apache.flink.client.python.PythonEnvUtils` and",
+        "`logger.pythonenv.level = WARN`.",
     ]
     return "\n".join(lines) + "\n"

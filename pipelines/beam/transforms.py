@@ -14,6 +14,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines.settings import ConfigError, OffsetReset, Settings, StartMode
 from pipelines.settings.kafka_clients import java_client_properties
+from pipelines.settings.secrets import without_secrets
 
 DEAD = "dead_letters"
 
@@ -114,7 +115,8 @@ class ParseRecords(beam.PTransform):
         self.settings = settings
 
     def expand(self, rows):
-        return rows | beam.ParDo(_ParseFn(self.settings)).with_outputs(DEAD, main="records")
+        fn = _ParseFn(without_secrets(self.settings))  # pickled into the pipeline
+        return rows | beam.ParDo(fn).with_outputs(DEAD, main="records")
 
 
 class _EnrichBatchFn(beam.DoFn):
@@ -189,7 +191,7 @@ class EnrichRecords(beam.PTransform):
 
     def expand(self, records):
         return records | "Lookup" >> beam.ParDo(
-            _EnrichBatchFn(self.settings, self.client_factory)
+            _EnrichBatchFn(without_secrets(self.settings), self.client_factory)
         ).with_outputs(DEAD, main="enriched")
 
 

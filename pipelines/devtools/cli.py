@@ -115,7 +115,11 @@ def _submit(args) -> int:
     (or, with --stop-on-exit, stops it with a savepoint)."""
     import subprocess
 
-    from pipelines.devtools.flink_cluster import Cluster
+    from pipelines.devtools.flink_cluster import (
+        Cluster,
+        client_dirs,
+        quiet_client_environment_log,
+    )
     from pipelines.environment import savepoint_dir, transactional_identity
     from pipelines.flink_run import flink_binary
     from pipelines.jobmanager import JobManager, refuse_second_copy
@@ -153,9 +157,11 @@ def _submit(args) -> int:
         "PYTHONPATH": str(package.root),
         "PIPELINES_STATE_DIR": str(state_root()),
     }
-    if not local.conf_dir.is_dir():  # never started here: the client takes the wheel's own
-        for key in ("FLINK_CONF_DIR", "FLINK_LOG_DIR", "FLINK_LIB_DIR"):
-            env.pop(key)
+    if local.conf_dir.is_dir():
+        quiet_client_environment_log(local.conf_dir)  # a conf written before this fix
+    else:  # never started here: the wheel's own conf and lib, its log kept private
+        env.pop("FLINK_LIB_DIR")
+        env.update(client_dirs())
     # `flink run` is a JVM that starts a Python client: both in a group we end on any exit.
     owner = ProcessGroups()
     stops = StopSignals(owner).install()

@@ -387,7 +387,7 @@ def build_enrich_deploy_image(tag: str = DEPLOY_IMAGE, base: str | None = None) 
     from pipelines.settings import load_settings
     from pipelines.templates import package_job
 
-    loaded = load_settings("enrich", environ={})
+    loaded = load_settings("enrich", environ={}, local=False)  # nothing of conf/local
     package = package_job(loaded, STATE / "package-enrich", python=DEPLOY_PYTHON, flink="flink")
     return build_deploy_image(package.root, "enrich", tag=tag, base=base)
 

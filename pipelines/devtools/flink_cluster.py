@@ -118,6 +118,7 @@ class Cluster:
         }.items():
             _set(tree, key, value)
         path.write_text(yaml.safe_dump(tree, sort_keys=False))
+        quiet_client_environment_log(self.conf_dir)
 
     def overview(self, timeout: float = 2.0) -> dict | None:
         return rest_overview(self.url, timeout)
@@ -265,3 +266,37 @@ class Cluster:
         if not logs:
             return "(no log written)"
         return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
+
+
+# Flink's PythonEnvUtils logs, at INFO, every environment variable of the Python process a
+# `flink run` client starts: a job config's `${env:...}` secrets among them (the canary test
+# found the truststore password there). WARN keeps that line out of the client's log.
+_QUIET_ENV_LOG = """
+# pipelines: PythonEnvUtils logs the Python client's whole environment (secrets) at INFO
+logger.pythonenv.name = org.apache.flink.client.python.PythonEnvUtils
+logger.pythonenv.level = WARN
+"""
+
+
+def quiet_client_environment_log(conf_dir: Path) -> None:
+    """Make the `flink run` client in `conf_dir` keep the environment out of its log."""
+    path = conf_dir / "log4j-cli.properties"
+    text = path.read_text()
+    if "logger.pythonenv.name" not in text:
+        path.write_text(text.rstrip("\n") + "\n" + _QUIET_ENV_LOG)
+
+
+def client_dirs() -> dict[str, str]:
+    """FLINK_CONF_DIR and FLINK_LOG_DIR for a `flink run` client on a machine whose local
+    cluster never started: the wheel's own conf with the environment kept out of the log,
+    and logs under .local/ (not in the wheel's site-packages, readable by all)."""
+    from pipelines.paths import local_state
+
+    root = Path(local_state("flink-client"))
+    conf, logs = root / "conf", root / "log"
+    shutil.copytree(flink_home() / "conf", conf, dirs_exist_ok=True)
+    quiet_client_environment_log(conf)
+    logs.mkdir(parents=True, exist_ok=True)
+    for directory in (root, logs):
+        directory.chmod(0o700)
+    return {"FLINK_CONF_DIR": str(conf), "FLINK_LOG_DIR": str(logs)}

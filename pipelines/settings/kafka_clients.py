@@ -22,7 +22,7 @@ from pipelines.settings.schema import (
     SaslMechanism,
     StoreType,
 )
-from pipelines.settings.secrets import is_secret_key
+from pipelines.settings.secrets import is_secret_property
 from pipelines.settings.values import ConfigError
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ def property_conflicts(settings: "Settings") -> list[tuple[str, str]]:
             typed, expected = owned[prop]
             if expected is not None and value == expected:
                 continue  # says what the typed setting says: redundant, not a conflict
-            if is_secret_key(prop):
+            if is_secret_property(prop):
                 shown, typed_shown = "(a secret)", ""
             else:
                 shown = repr(value)

@@ -23,6 +23,7 @@ from pipelines.settings.kafka_clients import property_conflicts
 from pipelines.settings.schema import Settings
 from pipelines.settings.secrets import (
     DEFAULT_SOURCE,
+    from_reference,
     is_secret_key,
     mask_value,
     resolve_secret_refs,
@@ -211,8 +212,11 @@ def load_settings(
     overrides: list[str] | tuple[str, ...] = (),
     conf_dir: Path | str | None = None,
     environ: dict[str, str] | None = None,
+    local: bool = True,
 ) -> Loaded:
-    """Build validated settings for `job` from every layer; raise ConfigError otherwise."""
+    """Build validated settings for `job` from every layer; raise ConfigError otherwise.
+    `local` False leaves conf/local out: an image or package built for others takes
+    nothing from this machine's own overrides."""
     conf = Path(conf_dir) if conf_dir else paths.conf_dir()
     environ = os.environ if environ is None else environ
     tree: dict[str, Any] = {"job": {"name": job}}
@@ -237,9 +241,9 @@ def load_settings(
                 f"{', '.join(e for e in envs if (conf / e / f'{job}.yaml').is_file()) or 'none'}"
             )
         layers.append(overlay)
-    local = conf / "local" / f"{job}.yaml"
-    if local.is_file():
-        layers.append(local)
+    local_layer = conf / "local" / f"{job}.yaml"
+    if local and local_layer.is_file():
+        layers.append(local_layer)
     for path in layers:
         _merge(tree, _read_yaml(path), _rel(path), sources)
 
@@ -275,6 +279,11 @@ def load_settings(
             f"{sources.get('job.name')}: job.name: {settings.job.name!r} must match "
             f"the job being run ({job!r})"
         )
+    settings._referenced = frozenset(
+        str(value)
+        for key, value in _flatten(resolved).items()
+        if value not in (None, "") and from_reference(sources.get(key, ""))
+    )
     return Loaded(settings, sources, resolved)
 
 
@@ -283,7 +292,7 @@ def effective_view(loaded: Loaded) -> list[tuple[str, str, str]]:
     dumped = loaded.settings.model_dump(mode="json")
     rows = []
     for key, value in sorted(_flatten(dumped).items()):
-        shown = mask_value(key, value)
+        shown = mask_value(key, value, _origin_of(key, loaded.sources))
         rows.append(
             (
                 key,

@@ -9,7 +9,7 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from pipelines.settings.values import Model, duration_fields, parse_duration_ms  # noqa: F401
 
@@ -544,3 +544,6 @@ class Settings(Model):
     window: WindowSettings = Field(default_factory=WindowSettings)
     faults: FaultSettings = Field(default_factory=FaultSettings)
     beam: BeamSettings = Field(default_factory=BeamSettings)
+    # Values the loader resolved from `${env:}`/`${file:}`: secrets wherever they sit
+    # (secrets.secret_values), though their keys may not say so.
+    _referenced: frozenset[str] = PrivateAttr(default_factory=frozenset)

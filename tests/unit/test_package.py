@@ -243,3 +243,20 @@ def test_a_package_made_under_umask_077_is_readable_by_the_cluster_user(tmp_path
     assert all(m in (0o644, 0o755) for m in modes.values()), {
         p: oct(m) for p, m in modes.items() if m not in (0o644, 0o755)
     }
+
+
+def test_a_value_from_a_reference_stays_a_reference_whatever_its_key(tmp_path, monkeypatch):
+    """`${env:}`/`${file:}` make a value secret wherever it sits; a URL's password too."""
+    monkeypatch.setenv("GROUP_FROM_ENV", "canary-group")
+    conf = dict(BASE)
+    conf["source"] = {**BASE["source"], "group_id": "${env:GROUP_FROM_ENV}"}
+    conf["enrichment"] = {**BASE["enrichment"], "url": "http://u:canary-url-pass@svc:8765"}
+    (tmp_path / "conf" / "base").mkdir(parents=True)
+    (tmp_path / "conf" / "base" / "enrich.yaml").write_text(yaml.safe_dump(conf))
+    loaded = load_settings("enrich", conf_dir=tmp_path / "conf", environ={})
+    package = package_job(loaded, tmp_path / "pkg", python=None, flink="flink")
+    config = yaml.safe_load((package.root / "conf" / "base" / "enrich.yaml").read_text())
+    assert config["source"]["group_id"] == "${env:GROUP_FROM_ENV}"
+    assert config["enrichment"]["url"] == "${env:PIPELINES__ENRICHMENT__URL}"
+    text = "".join(p.read_text(errors="replace") for p in package.root.rglob("*") if p.is_file())
+    assert "canary-group" not in text and "canary-url-pass" not in text

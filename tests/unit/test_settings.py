@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.settings import ConfigError, effective_view, load_settings, parse_duration_ms
+from pipelines.settings import (
+    ConfigError,
+    SecretMask,
+    effective_view,
+    load_settings,
+    parse_duration_ms,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -246,3 +252,105 @@ def test_a_secret_file_that_is_not_text_is_one_config_error(tmp_path):
         f"kafka.security.password: secret file {secret} is not UTF-8 "
         f"text (byte 0); write the secret as text"
     )
+
+
+SECRET_PROPERTIES = {
+    # kafka.properties: inline private key, its passphrase, registry user info, OAuth
+    "kafka.properties.ssl.keystore.key": "-----BEGIN PRIVATE KEY-----canary-inline-key",
+    "source.properties.ssl.keystore.key": "-----BEGIN PRIVATE KEY-----canary-source-key",
+    "kafka.properties.private.key.passphrase": "canary-passphrase",
+    "kafka.properties.basic.auth.user.info": "user:canary-user-info",
+    "kafka.librdkafka_properties.ssl.key.pem": "-----BEGIN PRIVATE KEY-----canary-pem",
+    "kafka.librdkafka_properties.sasl.oauthbearer.config": "clientSecret=canary-oauth",
+}
+
+
+def test_secret_keys_by_pattern_are_masked_where_printed(tmp_path):
+    conf = _conf(tmp_path, BASE)
+    loaded = load_settings(
+        "demo",
+        conf_dir=conf,
+        environ={},
+        overrides=[f"{k}={v}" for k, v in SECRET_PROPERTIES.items()]
+        + ["parse.required_fields.key=string"],
+    )
+    view = {k: v for k, v, _src in effective_view(loaded)}
+    for key in SECRET_PROPERTIES:
+        assert view[key] == "******", key
+    assert view["parse.required_fields.key"] == "string"  # a record field, no secret
+    mask = SecretMask().learn(loaded.settings)
+    for value in SECRET_PROPERTIES.values():
+        assert mask(f"failed with {value}!") == "failed with ******!"
+
+
+def test_a_value_from_a_reference_is_a_secret_whatever_its_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_GROUP", "canary-group-from-env")
+    secret_file = tmp_path / "client-id"
+    secret_file.write_text("canary-client-id-from-file\n")
+    conf = _conf(tmp_path, BASE)
+    loaded = load_settings(
+        "demo",
+        conf_dir=conf,
+        environ={},
+        overrides=[
+            "source.group_id=${env:TEST_GROUP}",
+            f"kafka.properties.client.id=${{file:{secret_file}}}",
+        ],
+    )
+    assert loaded.settings.source.group_id == "canary-group-from-env"
+    view = {k: (v, src) for k, v, src in effective_view(loaded)}
+    assert view["source.group_id"] == ("******", "--set -> env TEST_GROUP")
+    assert view["kafka.properties.client.id"][0] == "******"
+    mask = SecretMask().learn(loaded.settings)
+    assert mask("group canary-group-from-env, client canary-client-id-from-file") == (
+        "group ******, client ******"
+    )
+
+
+def test_a_password_in_a_url_is_masked_in_every_printout(tmp_path):
+    conf = _conf(tmp_path, BASE)
+    loaded = load_settings(
+        "demo",
+        conf_dir=conf,
+        environ={},
+        overrides=["enrichment.url=http://svc:canary-url-pass@enrich.example:8765/x"],
+    )
+    view = {k: v for k, v, _src in effective_view(loaded)}
+    assert view["enrichment.url"] == "http://svc:******@enrich.example:8765/x"
+    mask = SecretMask().learn(loaded.settings)
+    assert "canary-url-pass" not in mask("GET http://svc:canary-url-pass@enrich.example:8765/x")
+
+
+def test_the_settings_python_functions_carry_hold_no_kafka_secret(tmp_path, monkeypatch):
+    """A pickled SecretStr holds its value in clear: the settings themselves would carry
+    every credential into the job graph."""
+    import pickle
+
+    from pipelines.settings.secrets import without_secrets
+
+    monkeypatch.setenv("TEST_TRUST", "canary-trust")
+    conf = _conf(tmp_path, BASE)
+    loaded = load_settings(
+        "demo",
+        conf_dir=conf,
+        environ={},
+        overrides=[
+            "kafka.security.protocol=SASL_SSL",
+            "kafka.security.sasl_mechanism=PLAIN",
+            "kafka.security.username=u",
+            "kafka.security.password=canary-sasl",
+            "kafka.security.ssl_truststore_location=/x/trust.pem",
+            "kafka.security.ssl_truststore_password=${env:TEST_TRUST}",
+            "kafka.librdkafka_properties.sasl.oauthbearer.config=canary-oauth",
+            "kafka.properties.client.id=${env:TEST_TRUST}",
+            "enrichment.url=http://svc:8765",
+        ],
+    )
+    canaries = (b"canary-sasl", b"canary-trust", b"canary-oauth")
+    whole = pickle.dumps(loaded.settings)
+    assert all(c in whole for c in canaries)  # what the functions carried before
+    bare = without_secrets(loaded.settings)
+    carried = pickle.dumps(bare)
+    assert [c for c in canaries if c in carried] == []
+    assert bare.enrichment.url == "http://svc:8765" and bare.sink == loaded.settings.sink
+    assert loaded.settings.kafka.security.password.get_secret_value() == "canary-sasl"
