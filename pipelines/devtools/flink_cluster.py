@@ -102,6 +102,8 @@ class Cluster:
         self.write_lib()
         shutil.copytree(flink_home() / "conf", self.conf_dir, dirs_exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (self.state_dir, self.log_dir):
+            directory.chmod(0o700)
         path = self.conf_dir / "config.yaml"
         tree = yaml.safe_load((flink_home() / "conf" / "config.yaml").read_text()) or {}
         for key, value in {
@@ -202,6 +204,7 @@ class Cluster:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            umask=0o077,  # the daemons' logs, checkpoints and blobs: this user's alone
         )
         try:
             _, err = proc.communicate(timeout=timeout_s)

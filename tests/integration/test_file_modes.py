@@ -52,3 +52,15 @@ def test_what_a_run_writes_is_private(kafka, names):
             assert _mode(path) == expected, f"{path}: {oct(_mode(path))}"
             checked += 1
     assert checked > 3
+
+
+@pytest.mark.cluster
+def test_the_standalone_clusters_files_are_private(flink_cluster):
+    """Its daemons' logs (a job's records can be in them) and its state: the start scripts
+    run with umask 077, whoever starts the cluster."""
+    assert _mode(flink_cluster.state_dir) == 0o700
+    assert _mode(flink_cluster.log_dir) == 0o700
+    logs = [p for p in flink_cluster.log_dir.iterdir() if p.suffix in (".log", ".out")]
+    assert any("standalonesession" in p.name for p in logs), logs
+    for path in logs:
+        assert _mode(path) == 0o600, f"{path}: {oct(_mode(path))}"
