@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down demo run beam-setup beam-run images test test-unit test-integration bench bench-quick \
-        bench-operators lint format clean
+        bench-operators mutation lint format clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -83,6 +83,14 @@ bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records 
 
 bench-operators: venv jars kafka-up ## the enrichment operators (sync, async, batched) side by side
 	$(PY) -m bench.operators
+
+mutation: venv ## mutation testing of the pure modules (mutmut, [tool.mutmut]): score in mutants/
+	$(PY) -m pip install -q -e '.[mutation]'
+	$(VENV)/bin/mutmut run --max-children 2
+	$(VENV)/bin/mutmut export-cicd-stats >/dev/null
+	@$(PY) -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
+	  k, t = s["killed"] + s["timeout"], s["total"] - s["skipped"]; \
+	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {s[\"survived\"]}, no tests {s[\"no_tests\"]})")'
 
 lint: venv ## ruff: pyflakes checks, import order and formatting (`make format` fixes the last two)
 	$(PY) -m ruff check pipelines tests bench

@@ -339,3 +339,29 @@ def not_loopback(listeners: dict[str, int]) -> dict[str, str]:
         if not (address.is_loopback or (mapped is not None and mapped.is_loopback)):
             bad[key] = _cmdline(pid)[:160]
     return bad
+
+
+# ------------------------------------------------------------------ read-back
+
+
+def restored_state_only(names) -> list[str]:
+    """`--set` arguments for a resumed run that can read only from restored state: a group
+    that never committed, in group-offsets mode, with fallback `fail`. Output then proves
+    the restore (the earlier run's group would give exactly-once output by itself)."""
+    sets = [
+        f"source.group_id={names('never-committed')}",
+        "source.start.mode=group-offsets",
+        "source.start.fallback=fail",
+    ]
+    return [arg for item in sets for arg in ("--set", item)]
+
+
+def assert_nothing_committed(kafka, topic: str) -> None:
+    """No record committed to `topic`, and no transaction left open on it: the read (which
+    raises unless every partition reported its end) finds nothing, and each partition's
+    last stable offset is its log end."""
+    from pipelines.devtools.topics import end_offsets, read_all
+
+    assert read_all(kafka, topic) == [], f"{topic} holds committed records"
+    stable, end = end_offsets(kafka, topic, "read_committed"), end_offsets(kafka, topic)
+    assert stable == end, f"{topic}: a transaction is open (last stable {stable}, log end {end})"

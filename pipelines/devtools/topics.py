@@ -31,6 +31,12 @@ class ProduceError(Exception):
     """Records were not written; the message names the topic and the broker's reason."""
 
 
+class ReadError(Exception):
+    """A topic could not be read to its end: it does not exist, or some partition did not
+    report its end (the last stable offset, under read_committed) in time. A read never
+    returns a partial answer that a test could take for the whole."""
+
+
 def client_conf(broker: Broker, **extra) -> dict:
     """A librdkafka config for `broker`, with `extra` on top."""
     base = {"bootstrap.servers": broker} if isinstance(broker, str) else dict(broker)
@@ -164,7 +170,10 @@ def read_messages(
         )
     )
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            why = meta.error.str() if meta is not None and meta.error is not None else "none"
+            raise ReadError(f"topic {topic} does not exist ({why})")
         parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
         consumer.assign(parts)
         done: set[int] = set()
@@ -184,6 +193,12 @@ def read_messages(
                 raise KafkaException(msg.error())
             done.discard(msg.partition())
             out.append(msg)
+        if len(done) < len(parts):
+            missing = sorted(set(meta.partitions) - done)
+            raise ReadError(
+                f"{topic}: partition(s) {missing} did not report their end within "
+                f"{timeout_s:.0f} s ({len(out)} records read so far)"
+            )
         return out
     finally:
         consumer.close()

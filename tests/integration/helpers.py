@@ -38,12 +38,25 @@ class RunningJob(Started):
                 return int(match.group(1)), int(match.group(2))
         return 0, 0
 
-    def checkpoint_stats(self) -> dict:
-        """The job's /checkpoints document from its REST API (the CLI prints the address)."""
+    def rest(self, path: str = "") -> dict:
+        """A document of the job's REST API (the CLI prints the address): /jobs/<id><path>."""
         match = self.wait_for(r"as ([0-9a-f]{32}) \(REST/UI at (http://[0-9.:]+)\)", 60)
         job_id, url = match.group(1), match.group(2)
-        with urllib.request.urlopen(f"{url}/jobs/{job_id}/checkpoints", timeout=5) as resp:
+        with urllib.request.urlopen(f"{url}/jobs/{job_id}{path}", timeout=5) as resp:
             return json.load(resp)
+
+    def checkpoint_stats(self) -> dict:
+        """The job's /checkpoints document: counts, history, what it was restored from."""
+        return self.rest("/checkpoints")
+
+    def restored(self) -> dict | None:
+        """What Flink says this run was restored from ({id, external_path, is_savepoint,
+        ...}), or None for a fresh start."""
+        return (self.checkpoint_stats().get("latest") or {}).get("restored")
+
+    def parallelism(self) -> dict[str, int]:
+        """Each operator chain's parallelism, as Flink runs it."""
+        return {v["name"]: v["parallelism"] for v in self.rest()["vertices"]}
 
     def signal(self, signum: int = signal.SIGINT) -> None:
         self.proc.send_signal(signum)

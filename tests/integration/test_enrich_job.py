@@ -17,7 +17,7 @@ from pipelines.devtools.topics import (
     read_all,
 )
 from tests.integration.helpers import RunningJob
-from tests.support import run_cli, topic_args
+from tests.support import restored_state_only, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -71,24 +71,32 @@ def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(
     finally:
         assert job.interrupt() == 0, job.output
     totals = [t for _, t in samples]
-    moved_at = [when for (when, t), (_, before) in zip(samples[1:], samples) if t > before]
-    gaps = [b - a for a, b in zip(moved_at, moved_at[1:])]
+    moves = sum(1 for (_, t), (_, before) in zip(samples[1:], samples) if t > before)
     completed = stats["counts"]["completed"]
     slowest = stats["summary"]["end_to_end_duration"]["max"]
     failed = [h for h in stats["history"] if h["status"] == "FAILED"]
+    # Times from Flink's own checkpoint history, not measured around this test's polling
+    # (a committed-offsets call can itself retry for 15 s on a busy machine).
+    history = sorted(
+        (h for h in stats["history"] if h["status"] == "COMPLETED"), key=lambda h: h["id"]
+    )
+    triggers = [h["trigger_timestamp"] for h in history]
+    gaps = [b - a for a, b in zip(triggers, triggers[1:])]
     print(
-        f"committed totals while running: {sorted(set(totals))}; longest gap between moves "
-        f"{max(gaps, default=0):.1f} s; {completed} checkpoints completed, slowest {slowest} ms, "
-        f"{len(failed)} failed after starting"
+        f"committed totals while running: {sorted(set(totals))}; {completed} checkpoints "
+        f"completed, slowest {slowest} ms, trigger gaps {gaps} ms, {len(failed)} failed"
     )
     assert totals == sorted(totals), "committed offsets went backwards"
     assert totals[-1] >= total * 0.5, f"offsets stalled at {totals[-1]}:\n{job.output}"
     assert failed == []
-    # No checkpoint waits for more than about two enrichment timeouts (2 s each here).
-    assert slowest <= 4000
-    # While records remain, every checkpoint (2 s apart) moves the committed offsets.
-    assert len(moved_at) >= 5
-    assert max(gaps) <= 2 * 2.0 + 1.0
+    # No checkpoint waits for more than two enrichment timeouts (2 s each here): a slow
+    # lookup never holds a barrier for long.
+    assert slowest <= 2 * 2000
+    # Checkpoints kept coming every interval (2 s), a slow lookup never delaying the next
+    # by more than the slowest checkpoint's own duration.
+    assert len(gaps) >= 4 and max(gaps) <= 2000 + slowest + 500, gaps
+    # And their completions moved the committed offsets, time after time.
+    assert moves >= 5
 
     stopped_at = committed_offsets(kafka, names("group"), names("in"))
     ends = end_offsets(kafka, names("in"))
@@ -140,13 +148,23 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
     )
     first = RunningJob(*args, "--savepoint-on-stop")
     try:
-        first.wait_for(r"records in (\d{3,})", 120)
+        # Stopped once every partition has a committed position (see
+        # test_exactly_once_faults.every_partition_started): the savepoint holds a read
+        # position for each split.
+        deadline = time.monotonic() + 120
+        while not all(
+            o > 0 for o in committed_offsets(kafka, names("group"), names("in")).values()
+        ):
+            assert time.monotonic() < deadline, f"not every partition read:\n{first.output}"
+            assert first.proc.poll() is None, first.output
+            time.sleep(0.5)
     finally:
         assert first.interrupt() == 0, first.output
     savepoint = first.wait_for(r"savepoint written to (\S+)").group(1)
 
     enrichment_service.configure(latency_ms=5)
-    second = RunningJob(*args, "--from-checkpoint", savepoint)
+    # Only the savepoint's state can give the second run positions to read from.
+    second = RunningJob(*args, "--from-checkpoint", savepoint, *restored_state_only(names))
     valid_ids = {json.loads(v)["id"] for v in values if v.startswith(b'{"id"')}
     try:
         deadline = time.monotonic() + 180
@@ -155,8 +173,11 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
             if len(out) + len(dlq) >= total:
                 break
             time.sleep(2)
+        restored = second.restored()
     finally:
         assert second.interrupt() == 0, second.output
+    assert restored and restored["is_savepoint"] is True, restored
+    assert restored["external_path"].rstrip("/").endswith(savepoint.rstrip("/").split(":")[-1])
     out, dlq = _decoded(kafka, names("out")), _decoded(kafka, names("dlq"))
     print(f"input {total}, output {len(out)}, dead letters {len(dlq)}")
     assert f"resuming from {savepoint}" in second.output
@@ -164,7 +185,10 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
     assert len(out) + len(dlq) == total
     assert all(r["enrichment"] == company_profile(r["company"]) for r in out)
     bad_origins = sorted((d["origin"]["partition"], d["origin"]["offset"]) for d in dlq)
-    assert len(set(bad_origins)) == total // bad_every
+    # Produced round-robin over 3 partitions: value i is at (i % 3, i // 3).
+    assert bad_origins == sorted(
+        (i % 3, i // 3) for i, v in enumerate(values) if not v.startswith(b'{"id"')
+    )
     assert {d["error"] for d in dlq} == {
         "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2",
         "missing required field(s): id",

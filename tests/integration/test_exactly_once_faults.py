@@ -28,7 +28,7 @@ from pipelines.devtools.topics import (
 )
 from pipelines.processes import descendants
 from tests.integration.helpers import RunningJob
-from tests.support import CLI, ROOT, kill_tree, run_cli, topic_args
+from tests.support import CLI, ROOT, kill_tree, restored_state_only, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -99,6 +99,21 @@ def progress(kafka, names) -> int:
     return sum(max(o, 0) for o in committed_offsets(kafka, names("group"), names("in")).values())
 
 
+def every_partition_started(kafka, names) -> bool:
+    """Every partition has a committed position: a checkpoint taken from now on holds a read
+    position for each split. (A split not yet read keeps "the group's committed offset" as
+    its start, so a restore would ask the group: with a group that never committed and a
+    failing fallback, that restore fails, as it should.)"""
+    return all(o > 0 for o in committed_offsets(kafka, names("group"), names("in")).values())
+
+
+def progress_or_none(kafka, names) -> int | None:
+    """The group's progress, or None when no broker answers (within a few seconds)."""
+    from pipelines.devtools.kafka_broker import broker_answers
+
+    return progress(kafka, names) if broker_answers(kafka, timeout=3) else None
+
+
 def wait_until(predicate, timeout: float, what: str, every: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -108,14 +123,33 @@ def wait_until(predicate, timeout: float, what: str, every: float = 0.5):
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def resume_until_complete(kafka, names, *args: str) -> RunningJob:
+def local_path(uri: str) -> str:
+    """file:/x, file:///x and /x alike."""
+    return re.sub(r"^file:/*", "/", uri.rstrip("/"))
+
+
+class Resumed:
+    """A resumed run, and what Flink's REST API said of it while it ran."""
+
+    def __init__(self, job: RunningJob, restored: dict | None, parallelism: dict[str, int]):
+        self.job, self.restored, self.parallelism = job, restored, parallelism
+        self.output = job.output
+
+
+def resume_until_complete(kafka, names, *args: str) -> Resumed:
     """Run a resumed job until all N outputs are committed, then stop it.
+
+    The run reads with a consumer group that has never committed, in group-offsets mode with
+    fallback `fail`: only restored state gives it positions to read from, so output at all
+    proves the restore (the original group's committed offsets would otherwise produce
+    exactly-once output by themselves). Flink's REST API says what it was restored from and
+    at which parallelism it runs.
 
     A bounded job restored from a checkpoint reads to its stopping offsets but never
     finishes: the connector's enumerator does not signal "no more splits" again after a
     restore (measured with connector 5.0.0-2.2). So the test waits for the output.
     """
-    resumed = RunningJob(*args)
+    resumed = RunningJob(*args, *restored_state_only(names))
     try:
         wait_until(
             lambda: len(read_all(kafka, names("out"))) >= N or resumed.proc.poll() is not None,
@@ -123,14 +157,16 @@ def resume_until_complete(kafka, names, *args: str) -> RunningJob:
             "all output committed",
             every=2,
         )
+        restored, parallelism = resumed.restored(), resumed.parallelism()
     finally:
         code = resumed.interrupt()
     assert code == 0, resumed.output
-    return resumed
+    assert restored is not None, "Flink reports no restore"
+    return Resumed(resumed, restored, parallelism)
 
 
 def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names, job, tmp_path):
-    run_cli(
+    proc = run_cli(
         "run",
         *job,
         "--set",
@@ -141,6 +177,10 @@ def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names
         "restart.delay=1s",
     )
     assert (tmp_path / "fault-fired-0").exists(), "the fault never fired"
+    # Flink counted the failure (the CLI prints each entry of the job's exception history)
+    # and restarted the job: it then finished with every record.
+    output = proc.stdout + proc.stderr
+    assert re.search(r"failure #1 in .*InjectedFault", output), output
     assert_exactly_once(kafka, names("out"), "task failure")
 
 
@@ -149,8 +189,23 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(
 ):
     enrichment_service.configure(latency_ms=100)
     crashed = RunningJob(*job)
+
+    def open_transaction() -> bool:
+        lso = end_offsets(kafka, names("out"), "read_committed")
+        return any(lso[p] < end for p, end in end_offsets(kafka, names("out")).items())
+
     try:
-        wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
+        # Killed while a transaction holds records: a quarter committed, and more written
+        # but not yet committed (between two checkpoints there may be none for a moment).
+        wait_until(
+            lambda: (
+                progress(kafka, names) >= N // 4
+                and every_partition_started(kafka, names)
+                and open_transaction()
+            ),
+            120,
+            "a quarter of the input from every partition, and an open transaction",
+        )
     finally:
         # A machine-level crash: SIGKILL to the CLI, its JVM, its Python workers, its reaper.
         kill_tree(crashed.proc.pid)
@@ -164,7 +219,12 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(
     assert re.search(rf"{names('tx')}-\S+\s+\d+\s+\d+\s+Ongoing", listing), listing
     enrichment_service.configure(latency_ms=5)
     resumed = resume_until_complete(kafka, names, *job, "--from-checkpoint", "latest")
-    assert re.search(r"resuming from file://\S+/chk-\d+", resumed.output), resumed.output
+    path = re.search(r"resuming from (file://\S+/chk-(\d+))", resumed.output)
+    assert path, resumed.output
+    # (Flink reports any restore through a path as `is_savepoint`, a retained checkpoint's
+    # too: the id and the path say which it was.)
+    assert resumed.restored["id"] == int(path.group(2)), resumed.restored
+    assert local_path(resumed.restored["external_path"]) == local_path(path.group(1))
     assert_exactly_once(kafka, names("out"), f"mini-cluster SIGKILL at {killed_at}")
 
 
@@ -184,7 +244,10 @@ def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(
         # A TaskManager's container dying: the JVM and the Python workers it started.
         doomed = set().union(*(descendants(pid) for pid in pids))
         for pid in doomed:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # gone with its parent already
+                pass
         killed_at = progress(kafka, names)
         enrichment_service.configure(latency_ms=5)
         flink_cluster.start_taskmanager()
@@ -198,6 +261,17 @@ def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(
         state = (flink_cluster.job(job_id) or {}).get("state")
         if state not in (None, "FINISHED", "CANCELED", "FAILED"):
             subprocess.run([*CLI, "cluster", "status"], cwd=ROOT)
+            run_cli("jobs", "cancel", job_id, "--jobmanager", flink_cluster.url[7:], check=False)
+        if not flink_cluster.taskmanager_pids():  # the next tests need one
+            flink_cluster.start_taskmanager()
+    # The kill landed mid-stream, and Flink counted it: the lost TaskManager is in the
+    # job's exception history (each entry a failure that restarted the job).
+    assert killed_at < N
+    import urllib.request
+
+    with urllib.request.urlopen(f"{flink_cluster.url}/jobs/{job_id}/exceptions", timeout=10) as r:
+        entries = (json.load(r).get("exceptionHistory") or {}).get("entries") or []
+    assert entries, "Flink reports no failure after the TaskManager was killed"
     assert_exactly_once(kafka, names("out"), f"TaskManager SIGKILL at {killed_at}")
 
 
@@ -205,7 +279,11 @@ def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichm
     enrichment_service.configure(latency_ms=100)
     first = RunningJob(*job, "--savepoint-on-stop", "--set", "job.parallelism=1")
     try:
-        wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
+        wait_until(
+            lambda: progress(kafka, names) >= N // 4 and every_partition_started(kafka, names),
+            120,
+            "a quarter of the input, from every partition",
+        )
     finally:
         assert first.interrupt() == 0, first.output
     savepoint = first.wait_for(r"savepoint written to (\S+)").group(1)
@@ -214,6 +292,9 @@ def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichm
         kafka, names, *job, "--from-checkpoint", savepoint, "--set", "job.parallelism=3"
     )
     assert f"resuming from {savepoint}" in resumed.output
+    assert resumed.restored["is_savepoint"] is True, resumed.restored
+    assert local_path(resumed.restored["external_path"]) == local_path(savepoint)
+    assert 3 in resumed.parallelism.values(), resumed.parallelism  # the rescale happened
     assert_exactly_once(kafka, names("out"), "savepoint p1 -> p3")
 
 
@@ -225,8 +306,11 @@ def test_broker_restart_mid_stream(kafka, session_broker, names, job, enrichment
     try:
         wait_until(lambda: progress(kafka, names) >= N // 4, 120, "a quarter of the input")
         session_broker.stop()
+        stopped_at = progress_or_none(kafka, names)
+        assert stopped_at is None, "the broker still answers after it was stopped"
         time.sleep(5)
         session_broker.start()
+        assert progress(kafka, names) < N, "the job had finished before the broker stopped"
         assert running.wait(timeout=300) == 0, running.output
     finally:
         running.kill()
@@ -278,12 +362,23 @@ def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_servi
     running = RunningJob(*job, *settings)
     try:
         wait_until(lambda: progress(kafka, names) >= N // 5, 120, "a fifth of the input")
+        failed_before = enrichment_service.stats()["failures"]
         enrichment_service.configure(down=True)
+        at = progress(kafka, names)
         time.sleep(3)
         enrichment_service.configure(down=False, latency_ms=5)
+        failed_during = enrichment_service.stats()["failures"] - failed_before
         assert running.wait(timeout=300) == 0, running.output
     finally:
         running.kill()
+    # The outage landed while records were in flight: the input was not all committed when
+    # it began, and the service refused requests during it.
+    print(f"[outage, {policy}] {at} of {N} committed at its start, {failed_during} refused")
+    assert failed_during > 0, "no request reached the service during the outage"
+    assert at < N, "the job had committed everything before the outage began"
+    if policy == "fail":
+        # Flink counted the failures the policy raised, and restarted the job each time.
+        assert re.search(r"failure #1 in .*EnrichmentFailed", running.output), running.output
     if policy == "dead-letter":
         assert_out_and_dead_letters_exactly_once(kafka, names, enrichment_service)
         return

@@ -19,7 +19,7 @@ from pipelines.devtools.topics import create_topics, end_offsets, produce, read_
 from pipelines.jobmanager import JobManager
 from pipelines.paths import local_state
 from tests.integration.helpers import RunningJob
-from tests.support import CLI, Started, run_cli, topic_args
+from tests.support import CLI, Started, restored_state_only, run_cli, topic_args
 
 N = 2000
 
@@ -118,15 +118,26 @@ def test_resubmit_is_refused_and_a_repackaged_job_restores_latest_exactly_once(
     produce(kafka, names("in"), _values(N, N))
 
     # Re-package and restore from `latest`, attached, stopping with a savepoint on Ctrl-C.
+    # It can read only from the restored checkpoint (tests.support.restored_state_only).
+    fresh_group = restored_state_only(names)
     resumed = Started(
-        [*CLI, "submit", *args, "--from-checkpoint", "latest", "--stop-on-exit"], env=env
+        [*CLI, "submit", *args, *fresh_group, "--from-checkpoint", "latest", "--stop-on-exit"],
+        env=env,
     )
     resumed_id = _wait(
         lambda: re.search(r"submitted to \S+ as ([0-9a-f]{32})", resumed.output), 120, "its id"
     ).group(1)
-    assert re.search(
-        rf"resuming from file://{state}/checkpoints/passthrough/{job_id}/chk-\d+", resumed.output
-    ), resumed.output
+    path = re.search(
+        rf"resuming from file://{state}/checkpoints/passthrough/{job_id}/chk-(\d+)", resumed.output
+    )
+    assert path, resumed.output
+    restored = _wait(
+        lambda: (jm._call(f"/jobs/{resumed_id}/checkpoints").get("latest") or {}).get("restored"),
+        60,
+        "Flink's report of the restore",
+    )
+    assert restored["id"] == int(path.group(1)), restored
+    assert restored["external_path"].endswith(f"/{job_id}/chk-{path.group(1)}"), restored
     assert (kept / "_metadata").is_file(), "re-packaging removed the earlier job's checkpoint"
     _wait(lambda: _committed_count(kafka, names("out")) >= 2 * N, 120, "all 2N records")
     resumed.proc.send_signal(signal.SIGINT)

@@ -135,4 +135,11 @@ def test_windowed_counts_are_keyed_by_the_window_key(kafka, names):
     )
     counts = [(m.key(), json.loads(m.value())) for m in read_messages(kafka, names("out"))]
     assert counts and all(key == c["key"].encode() for key, c in counts)
-    assert sum(c["count"] for _, c in counts) == 160
+    # Every window exactly once, with its count: 160 records of 4 keys, 250 ms apart, in
+    # 10 s windows (40 per window, 10 per key and window).
+    expected = Counter(
+        (r["key"], BASE_TS + (r["ts"] - BASE_TS) // 10_000 * 10_000) for r in records
+    )
+    assert sorted((c["key"], c["window_start"], c["count"]) for _, c in counts) == sorted(
+        (key, start, n) for (key, start), n in expected.items()
+    )

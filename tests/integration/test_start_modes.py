@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
 from tests.integration.helpers import RunningJob
-from tests.support import run_cli, topic_args
+from tests.support import assert_nothing_committed, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +100,7 @@ def test_group_offsets_without_commit_fall_back_to_latest(kafka, names):
         "--set",
         "source.start.fallback=latest",
     )
-    assert _out(kafka, names) == []
+    assert_nothing_committed(kafka, names("out"))
 
 
 def test_group_offsets_without_commit_and_fallback_fail_stops_the_job(kafka, names):
@@ -119,7 +119,7 @@ def test_group_offsets_without_commit_and_fallback_fail_stops_the_job(kafka, nam
     assert proc.returncode != 0
     assert "error: job passthrough failed:" in proc.stderr
     assert "NoOffsetForPartitionException" in proc.stderr or "no reset policy" in proc.stderr
-    assert _out(kafka, names) == []
+    assert_nothing_committed(kafka, names("out"))
 
 
 def test_specific_offsets_with_fallback_for_unlisted(kafka, names):

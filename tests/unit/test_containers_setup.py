@@ -49,8 +49,22 @@ def test_container_broker_environment_follows_the_apache_kafka_image_names():
     env = ContainerBroker(port=25001).environment()
     assert env["KAFKA_ADVERTISED_LISTENERS"] == "HOST://127.0.0.1:25001,NET://kafka:9094"
     assert env["KAFKA_LISTENERS"].startswith("HOST://0.0.0.0:25001,")
-    for key, value in SINGLE_NODE.items():  # the jar broker's one-node settings, same values
-        assert env["KAFKA_" + key.upper().replace(".", "_")] == value
+    # What the tests depend on, written out (not derived from the code's own table): one
+    # replica for the internal topics (else transactions and group commits hang on one
+    # node), no auto-created topics, and no time-based retention (tests write records with
+    # timestamps years old; the retention check deleted them mid-test).
+    one_node = {
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_NUM_PARTITIONS": "1",
+        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
+        "KAFKA_LOG_RETENTION_MS": "-1",
+    }
+    assert {k: env.get(k) for k in one_node} == one_node
+    # The jar broker gets the same settings under Kafka's own names.
+    assert {"KAFKA_" + k.upper().replace(".", "_"): v for k, v in SINGLE_NODE.items()} == one_node
     assert len(env["CLUSTER_ID"]) == 22
 
 
