@@ -28,7 +28,15 @@ from pipelines.devtools.topics import (
 )
 from pipelines.processes import descendants
 from tests.integration.helpers import RunningJob
-from tests.support import CLI, ROOT, kill_tree, restored_state_only, run_cli, topic_args
+from tests.support import (
+    CLI,
+    ROOT,
+    assert_nothing_committed,
+    kill_tree,
+    restored_state_only,
+    run_cli,
+    topic_args,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +68,11 @@ def job(kafka, names, enrichment_service, tmp_path):
     return args
 
 
-def assert_exactly_once(kafka, topic, label: str) -> list[dict]:
+def assert_exactly_once(kafka, topic, label: str, dead_letters: str | None = None) -> list[dict]:
+    """Every input id once in `topic`, no transaction open; and, every input being valid,
+    nothing in `dead_letters` (a record dead-lettered by a fault would be "lost" there)."""
+    if dead_letters:
+        assert_nothing_committed(kafka, dead_letters)
     records = [json.loads(v) for v in read_all(kafka, topic)]
     counts = Counter(r["id"] for r in records)
     duplicates = {i: c for i, c in counts.items() if c > 1}
@@ -157,6 +169,7 @@ def resume_until_complete(kafka, names, *args: str) -> Resumed:
             "all output committed",
             every=2,
         )
+        assert resumed.proc.poll() is None, f"the resumed run ended:\n{resumed.output[-3000:]}"
         restored, parallelism = resumed.restored(), resumed.parallelism()
     finally:
         code = resumed.interrupt()
@@ -181,7 +194,7 @@ def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names
     # and restarted the job: it then finished with every record.
     output = proc.stdout + proc.stderr
     assert re.search(r"failure #1 in .*InjectedFault", output), output
-    assert_exactly_once(kafka, names("out"), "task failure")
+    assert_exactly_once(kafka, names("out"), "task failure", names("dlq"))
 
 
 def test_killed_minicluster_process_resumes_from_latest_checkpoint(
@@ -225,7 +238,7 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(
     # too: the id and the path say which it was.)
     assert resumed.restored["id"] == int(path.group(2)), resumed.restored
     assert local_path(resumed.restored["external_path"]) == local_path(path.group(1))
-    assert_exactly_once(kafka, names("out"), f"mini-cluster SIGKILL at {killed_at}")
+    assert_exactly_once(kafka, names("out"), f"mini-cluster SIGKILL at {killed_at}", names("dlq"))
 
 
 @pytest.mark.cluster
@@ -272,7 +285,7 @@ def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(
     with urllib.request.urlopen(f"{flink_cluster.url}/jobs/{job_id}/exceptions", timeout=10) as r:
         entries = (json.load(r).get("exceptionHistory") or {}).get("entries") or []
     assert entries, "Flink reports no failure after the TaskManager was killed"
-    assert_exactly_once(kafka, names("out"), f"TaskManager SIGKILL at {killed_at}")
+    assert_exactly_once(kafka, names("out"), f"TaskManager SIGKILL at {killed_at}", names("dlq"))
 
 
 def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichment_service):
@@ -295,7 +308,7 @@ def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichm
     assert resumed.restored["is_savepoint"] is True, resumed.restored
     assert local_path(resumed.restored["external_path"]) == local_path(savepoint)
     assert 3 in resumed.parallelism.values(), resumed.parallelism  # the rescale happened
-    assert_exactly_once(kafka, names("out"), "savepoint p1 -> p3")
+    assert_exactly_once(kafka, names("out"), "savepoint p1 -> p3", names("dlq"))
 
 
 def test_broker_restart_mid_stream(kafka, session_broker, names, job, enrichment_service):
@@ -314,7 +327,7 @@ def test_broker_restart_mid_stream(kafka, session_broker, names, job, enrichment
         assert running.wait(timeout=300) == 0, running.output
     finally:
         running.kill()
-    assert_exactly_once(kafka, names("out"), "broker restart")
+    assert_exactly_once(kafka, names("out"), "broker restart", names("dlq"))
 
 
 @pytest.mark.parametrize("policy", ["retry", "dead-letter", "mark-missing", "fail"])
@@ -382,7 +395,7 @@ def test_enrichment_outage_under_each_policy(kafka, names, job, enrichment_servi
     if policy == "dead-letter":
         assert_out_and_dead_letters_exactly_once(kafka, names, enrichment_service)
         return
-    records = assert_exactly_once(kafka, names("out"), f"outage, {policy}")
+    records = assert_exactly_once(kafka, names("out"), f"outage, {policy}", names("dlq"))
     missing = [r for r in records if r["enrichment"] is None]
     if policy == "mark-missing":
         assert missing, "the outage should have left records marked missing"
