@@ -89,8 +89,8 @@ mutation: venv ## mutation testing of the pure modules (mutmut, [tool.mutmut]): 
 	$(VENV)/bin/mutmut run --max-children 2
 	$(VENV)/bin/mutmut export-cicd-stats >/dev/null
 	@$(PY) -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
-	  k, t = s["killed"] + s["timeout"], s["total"] - s["skipped"]; \
-	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {s[\"survived\"]}, no tests {s[\"no_tests\"]})")'
+	  k, t, sv, nt = s["killed"] + s["timeout"], s["total"] - s["skipped"], s["survived"], s["no_tests"]; \
+	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {sv}, not reached by a test {nt})")'
 
 lint: venv ## ruff: pyflakes checks, import order and formatting (`make format` fixes the last two)
 	$(PY) -m ruff check pipelines tests bench
