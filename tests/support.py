@@ -356,6 +356,16 @@ def restored_state_only(names) -> list[str]:
     return [arg for item in sets for arg in ("--set", item)]
 
 
+def every_partition_committed(kafka, group: str, topic: str) -> bool:
+    """Every partition of `topic` has a committed position for `group`: a checkpoint taken
+    from now on holds a read position for each split. (A split not yet read keeps "the
+    group's committed offset" as its start, so a restore would ask the group: with a group
+    that never committed and a failing fallback, that restore fails, as it should.)"""
+    from pipelines.devtools.topics import committed_offsets
+
+    return all(o > 0 for o in committed_offsets(kafka, group, topic).values())
+
+
 def assert_nothing_committed(kafka, topic: str) -> None:
     """No record committed to `topic`, and no transaction left open on it: the read (which
     raises unless every partition reported its end) finds nothing, and each partition's

@@ -97,6 +97,16 @@ class Broker:
             write_secret(path, secrets.token_urlsafe(18))
         return path.read_text().strip()
 
+    def _admin_jaas(self, serves: bool) -> str:
+        """The admin's PLAIN JAAS line: a client's login, or (`serves`) the broker's own
+        listeners, which also list the one user they accept."""
+        password = self.admin_password()
+        accepts = f' user_{ADMIN_USER}="{password}"' if serves else ""
+        return (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{ADMIN_USER}" password="{password}"{accepts};'
+        )
+
     def admin_conf(self) -> dict[str, str]:
         """librdkafka settings that reach this broker as its admin: on a secure broker, the
         PLAIN login on the inter-broker listener; otherwise plaintext."""
@@ -181,11 +191,7 @@ class Broker:
             lines.append(f"transaction.max.timeout.ms={self.transaction_max_timeout_ms}")
         if self.secure:
             tls = self.tls
-            admin = self.admin_password()
-            plain = (
-                "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                f'username="{ADMIN_USER}" password="{admin}" user_{ADMIN_USER}="{admin}";'
-            )
+            plain = self._admin_jaas(serves=True)
             scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             lines += [
                 f"ssl.keystore.location={tls.broker_keystore}",
@@ -449,14 +455,10 @@ class Broker:
             bootstrap or self.bootstrap,
         ]
         if properties is None and bootstrap in (None, self.bootstrap) and self.runs_secure():
-            plain = (
-                "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                f'username="{ADMIN_USER}" password="{self.admin_password()}";'
-            )
             properties = {
                 "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "PLAIN",
-                "sasl.jaas.config": plain,
+                "sasl.jaas.config": self._admin_jaas(serves=False),
             }
         with tempfile.TemporaryDirectory(prefix="pipelines-kafka-") as private:
             if properties:

@@ -17,7 +17,7 @@ from pipelines.devtools.topics import (
     read_all,
 )
 from tests.integration.helpers import RunningJob
-from tests.support import restored_state_only, run_cli, topic_args
+from tests.support import every_partition_committed, restored_state_only, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -148,13 +148,10 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
     )
     first = RunningJob(*args, "--savepoint-on-stop")
     try:
-        # Stopped once every partition has a committed position (see
-        # test_exactly_once_faults.every_partition_started): the savepoint holds a read
-        # position for each split.
+        # Stopped once every partition has a committed position
+        # (tests.support.every_partition_committed): the savepoint holds one for each split.
         deadline = time.monotonic() + 120
-        while not all(
-            o > 0 for o in committed_offsets(kafka, names("group"), names("in")).values()
-        ):
+        while not every_partition_committed(kafka, names("group"), names("in")):
             assert time.monotonic() < deadline, f"not every partition read:\n{first.output}"
             assert first.proc.poll() is None, first.output
             time.sleep(0.5)

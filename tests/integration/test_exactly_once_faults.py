@@ -32,6 +32,7 @@ from tests.support import (
     CLI,
     ROOT,
     assert_nothing_committed,
+    every_partition_committed,
     kill_tree,
     restored_state_only,
     run_cli,
@@ -112,11 +113,7 @@ def progress(kafka, names) -> int:
 
 
 def every_partition_started(kafka, names) -> bool:
-    """Every partition has a committed position: a checkpoint taken from now on holds a read
-    position for each split. (A split not yet read keeps "the group's committed offset" as
-    its start, so a restore would ask the group: with a group that never committed and a
-    failing fallback, that restore fails, as it should.)"""
-    return all(o > 0 for o in committed_offsets(kafka, names("group"), names("in")).values())
+    return every_partition_committed(kafka, names("group"), names("in"))
 
 
 def progress_or_none(kafka, names) -> int | None:

@@ -265,14 +265,16 @@ SECRET_PROPERTIES = {
 }
 
 
+def _loaded_with(tmp_path, *overrides: str):
+    """BASE with `--set` overrides, and no PIPELINES__ environment."""
+    return load_settings("demo", conf_dir=_conf(tmp_path, BASE), environ={}, overrides=overrides)
+
+
 def test_secret_keys_by_pattern_are_masked_where_printed(tmp_path):
-    conf = _conf(tmp_path, BASE)
-    loaded = load_settings(
-        "demo",
-        conf_dir=conf,
-        environ={},
-        overrides=[f"{k}={v}" for k, v in SECRET_PROPERTIES.items()]
-        + ["parse.required_fields.key=string"],
+    loaded = _loaded_with(
+        tmp_path,
+        *(f"{k}={v}" for k, v in SECRET_PROPERTIES.items()),
+        "parse.required_fields.key=string",
     )
     view = {k: v for k, v, _src in effective_view(loaded)}
     for key in SECRET_PROPERTIES:
@@ -287,15 +289,10 @@ def test_a_value_from_a_reference_is_a_secret_whatever_its_key(tmp_path, monkeyp
     monkeypatch.setenv("TEST_GROUP", "canary-group-from-env")
     secret_file = tmp_path / "client-id"
     secret_file.write_text("canary-client-id-from-file\n")
-    conf = _conf(tmp_path, BASE)
-    loaded = load_settings(
-        "demo",
-        conf_dir=conf,
-        environ={},
-        overrides=[
-            "source.group_id=${env:TEST_GROUP}",
-            f"kafka.properties.client.id=${{file:{secret_file}}}",
-        ],
+    loaded = _loaded_with(
+        tmp_path,
+        "source.group_id=${env:TEST_GROUP}",
+        f"kafka.properties.client.id=${{file:{secret_file}}}",
     )
     assert loaded.settings.source.group_id == "canary-group-from-env"
     view = {k: (v, src) for k, v, src in effective_view(loaded)}
@@ -308,12 +305,8 @@ def test_a_value_from_a_reference_is_a_secret_whatever_its_key(tmp_path, monkeyp
 
 
 def test_a_password_in_a_url_is_masked_in_every_printout(tmp_path):
-    conf = _conf(tmp_path, BASE)
-    loaded = load_settings(
-        "demo",
-        conf_dir=conf,
-        environ={},
-        overrides=["enrichment.url=http://svc:canary-url-pass@enrich.example:8765/x"],
+    loaded = _loaded_with(
+        tmp_path, "enrichment.url=http://svc:canary-url-pass@enrich.example:8765/x"
     )
     view = {k: v for k, v, _src in effective_view(loaded)}
     assert view["enrichment.url"] == "http://svc:******@enrich.example:8765/x"
@@ -329,22 +322,17 @@ def test_the_settings_python_functions_carry_hold_no_kafka_secret(tmp_path, monk
     from pipelines.settings.secrets import without_secrets
 
     monkeypatch.setenv("TEST_TRUST", "canary-trust")
-    conf = _conf(tmp_path, BASE)
-    loaded = load_settings(
-        "demo",
-        conf_dir=conf,
-        environ={},
-        overrides=[
-            "kafka.security.protocol=SASL_SSL",
-            "kafka.security.sasl_mechanism=PLAIN",
-            "kafka.security.username=u",
-            "kafka.security.password=canary-sasl",
-            "kafka.security.ssl_truststore_location=/x/trust.pem",
-            "kafka.security.ssl_truststore_password=${env:TEST_TRUST}",
-            "kafka.librdkafka_properties.sasl.oauthbearer.config=canary-oauth",
-            "kafka.properties.client.id=${env:TEST_TRUST}",
-            "enrichment.url=http://svc:8765",
-        ],
+    loaded = _loaded_with(
+        tmp_path,
+        "kafka.security.protocol=SASL_SSL",
+        "kafka.security.sasl_mechanism=PLAIN",
+        "kafka.security.username=u",
+        "kafka.security.password=canary-sasl",
+        "kafka.security.ssl_truststore_location=/x/trust.pem",
+        "kafka.security.ssl_truststore_password=${env:TEST_TRUST}",
+        "kafka.librdkafka_properties.sasl.oauthbearer.config=canary-oauth",
+        "kafka.properties.client.id=${env:TEST_TRUST}",
+        "enrichment.url=http://svc:8765",
     )
     canaries = (b"canary-sasl", b"canary-trust", b"canary-oauth")
     whole = pickle.dumps(loaded.settings)
