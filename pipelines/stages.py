@@ -205,7 +205,10 @@ def parse(
             .uid("batch")
         )
     parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
-    return parsed, parsed.get_side_output(dead_letters_tag)
+    # PyFlink's get_side_output adds an identity map of its own: named and given a uid here,
+    # so that every operator of a job keeps its identity across savepoints.
+    dead = parsed.get_side_output(dead_letters_tag).name("parse-dead-letters")
+    return parsed, dead.uid("parse-dead-letters")
 
 
 def parse_for_enrichment(raw, settings: Settings):

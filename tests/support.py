@@ -375,3 +375,30 @@ def assert_nothing_committed(kafka, topic: str) -> None:
     assert read_all(kafka, topic) == [], f"{topic} holds committed records"
     stable, end = end_offsets(kafka, topic, "read_committed"), end_offsets(kafka, topic)
     assert stable == end, f"{topic}: a transaction is open (last stable {stable}, log end {end})"
+
+
+def assert_dead_letters_are(
+    dead: list[bytes | str], topic: str, values: list[bytes], partitions: int
+):
+    """The dead letters are exactly the malformed `values` (those that are not demo records
+    with an id), each once, by origin: `produce` put value i round-robin at partition
+    i % partitions, offset i // partitions, so where each bad value sits is known without
+    the code under test. Each dead letter also carries that value's original bytes."""
+    import base64
+    import json
+
+    expected = sorted(
+        ((i % partitions, i // partitions), v)
+        for i, v in enumerate(values)
+        if not v.startswith(b'{"id"')
+    )
+    messages = [json.loads(d) for d in dead]
+    assert {m["origin"]["topic"] for m in messages} <= {topic}, messages[:3]
+    got = sorted(
+        ((m["origin"]["partition"], m["origin"]["offset"]), base64.b64decode(m["value_b64"]))
+        for m in messages
+    )
+    assert got == expected, (
+        f"dead letters by (partition, offset): {len(got)} read, {len(expected)} expected; "
+        f"extra {sorted(set(got) - set(expected))[:5]}, missing {sorted(set(expected) - set(got))[:5]}"
+    )

@@ -137,6 +137,7 @@ def test_bounded_run_on_the_direct_runner_is_exact_and_a_rerun_resumes(
     assert committed_offsets(kafka, names("group"), names("in")) == end_offsets(kafka, names("in"))
 
     # A second bounded run of the same group reads only what came after.
+    first_end = end_offsets(kafka, names("in"))
     more = [shifted(v, TOTAL) for v in demo_values(TOTAL, bad_every=BAD_EVERY)]
     produce(kafka, names("in"), more)
     run_cli(
@@ -145,6 +146,16 @@ def test_bounded_run_on_the_direct_runner_is_exact_and_a_rerun_resumes(
     good_more, bad_more = expected(more)
     out, dead = read_back(kafka, names)
     check_exact(out, dead, {**good, **good_more}, bad + bad_more, "direct, bounded, resumed")
+
+    # By origin: every valid record of both batches once, the second batch where `produce`
+    # put it (value j at partition j % 3, after the first batch's end).
+    def valid(v: bytes) -> bool:
+        return v.startswith(b'{"id"')
+
+    placed = [(i % 3, i // 3) for i, v in enumerate(values) if valid(v)]
+    placed += [(j % 3, first_end[j % 3] + j // 3) for j, v in enumerate(more) if valid(v)]
+    origins = Counter((r["_origin"]["partition"], r["_origin"]["offset"]) for r in out)
+    assert origins == Counter(placed), "the rerun's records are not the second batch's, once each"
 
 
 def test_a_bounded_read_that_could_never_finish_is_refused(

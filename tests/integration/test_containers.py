@@ -20,7 +20,7 @@ from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import Service, company_profile
 from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics, produce, read_all
-from tests.support import ROOT
+from tests.support import ROOT, assert_dead_letters_are
 
 pytestmark = pytest.mark.integration
 
@@ -184,5 +184,5 @@ def test_deploy_image_runs_the_enrich_job_with_checkpoints_on_a_volume(
     print(f"input {total}, output {len(out)}, dead letters {len(dlq)}, retained {retained()}")
     assert sorted(r["id"] for r in out) == valid_ids  # each exactly once
     assert all(r["enrichment"] == company_profile(r["company"]) for r in out)
-    assert len(dlq) == total // bad_every
+    assert_dead_letters_are([json.dumps(d) for d in dlq], names("in"), values, 3)
     assert retained(), "no checkpoint retained on the mounted volume"
