@@ -137,6 +137,8 @@ def _sink_builder(settings: Settings, id_suffix: str):
         builder.set_property("transaction.timeout.ms", str(sink.transaction_timeout))
     for key, value in java_client_properties(settings.kafka).items():
         builder.set_property(key, value)
+    # Kafka's default since 3.0, stated: the config check refuses any other (kafka_clients).
+    builder.set_property("acks", "all")
     builder.set_property("client.id", f"{settings.job.name}-sink{id_suffix}")
     return builder
 

@@ -258,6 +258,9 @@ def owned_properties(settings: "Settings", section: str) -> dict[str, tuple[str,
         "isolation.level": ("source.isolation_level", src.isolation_level.value),
         "group.id": ("source.group_id", src.group_id),
         "enable.auto.commit": ("the project (Flink commits offsets on checkpoints)", "false"),
+        # An acknowledged record must survive a broker's loss: the sinks wait for every
+        # in-sync replica (min.insync.replicas of them at least).
+        "acks": ("the project (the sinks wait for all in-sync replicas)", "all"),
     }
     if sec.sasl_mechanism is not SaslMechanism.OAUTHBEARER:  # OAUTHBEARER's JAAS is the user's
         owned["sasl.jaas.config"] = (

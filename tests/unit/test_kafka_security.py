@@ -165,3 +165,76 @@ def test_sasl_without_a_password_says_what_it_needs():
         "--set: kafka.security: SASL SCRAM-SHA-512 needs username and password "
         "(password as ${env:NAME} or ${file:path})"
     )
+
+
+# Every client property a typed setting (or the project) owns: the setting named in the
+# refusal and the value it gives on the committed passthrough config (None: "not set").
+OWNED = [
+    ("bootstrap.servers", "kafka.bootstrap_servers", "127.0.0.1:9092"),
+    ("security.protocol", "kafka.security.protocol", "PLAINTEXT"),
+    ("sasl.mechanism", "kafka.security.sasl_mechanism", None),
+    (
+        "ssl.endpoint.identification.algorithm",
+        "kafka.security.ssl_hostname_verification",
+        None,
+    ),
+    ("transaction.timeout.ms", "sink.transaction_timeout", "600000"),
+    ("transactional.id", "sink.transactional_id_prefix", None),
+    ("isolation.level", "source.isolation_level", "read_committed"),
+    ("group.id", "source.group_id", "passthrough"),
+    ("enable.auto.commit", "the project (Flink commits offsets on checkpoints)", "false"),
+    ("acks", "the project (the sinks wait for all in-sync replicas)", "all"),
+    ("ssl.truststore.location", "kafka.security.ssl_truststore_location", None),
+    ("ssl.truststore.type", "kafka.security.ssl_truststore_type", None),
+    ("ssl.keystore.location", "kafka.security.ssl_keystore_location", None),
+    ("ssl.keystore.type", "kafka.security.ssl_keystore_type", None),
+]
+SECRET_OWNED = [
+    ("sasl.jaas.config", "kafka.security.username/password"),
+    ("ssl.truststore.password", "kafka.security.ssl_truststore_password"),
+    ("ssl.keystore.password", "kafka.security.ssl_keystore_password"),
+    ("ssl.key.password", "kafka.security.ssl_key_password"),
+]
+
+
+@pytest.mark.parametrize("section", ["kafka.properties", "source.properties"])
+@pytest.mark.parametrize("prop,typed,value", OWNED)
+def test_every_owned_property_is_refused_naming_its_setting(section, prop, typed, value):
+    shown = f"({value!r})" if value is not None else "(not set)"
+    assert conflict(f"{section}.{prop}=other") == (
+        f"--set: {section}.{prop}: 'other' contradicts {typed} {shown}: set {typed} "
+        f"instead; {section} may only add properties no typed setting owns"
+    )
+    if value is not None:  # saying what the setting says is allowed
+        assert settings(f"{section}.{prop}={value}")
+
+
+@pytest.mark.parametrize("prop,typed", SECRET_OWNED)
+def test_every_owned_secret_property_is_refused_without_its_value(prop, typed):
+    assert conflict(f"kafka.properties.{prop}=hunter2") == (
+        f"--set: kafka.properties.{prop}: (a secret) contradicts {typed}: set {typed} "
+        "instead; kafka.properties may only add properties no typed setting owns"
+    )
+
+
+def test_the_commit_and_poll_settings_own_their_source_properties_only():
+    assert conflict("source.properties.commit.offsets.on.checkpoint=false") == (
+        "--set: source.properties.commit.offsets.on.checkpoint: 'false' contradicts "
+        "source.commit_offsets_on_checkpoint ('true'): set source.commit_offsets_on_checkpoint "
+        "instead; source.properties may only add properties no typed setting owns"
+    )
+    assert settings("kafka.properties.commit.offsets.on.checkpoint=false")
+    assert settings("source.properties.max.poll.records=7")  # no typed value: the user's
+    assert conflict("source.max_poll_records=5", "source.properties.max.poll.records=7") == (
+        "--set: source.properties.max.poll.records: '7' contradicts source.max_poll_records "
+        "('5'): set source.max_poll_records instead; source.properties may only add "
+        "properties no typed setting owns"
+    )
+
+
+def test_oauthbearer_leaves_the_jaas_line_to_the_user():
+    oauth = (
+        "kafka.security.protocol=SASL_SSL",
+        "kafka.security.sasl_mechanism=OAUTHBEARER",
+    )
+    assert settings(*oauth, "kafka.properties.sasl.jaas.config=x required;")

@@ -124,3 +124,88 @@ def test_error_budget_tells_a_bad_record_from_a_bug():
     budget.failed(KeyError("x"))
     with pytest.raises(UnexpectedErrors, match="3 records in a row failed in parse"):
         budget.failed(KeyError("x"))
+
+
+TYPED = {
+    "s": FieldType.STRING,
+    "i": FieldType.INTEGER,
+    "n": FieldType.NUMBER,
+    "b": FieldType.BOOLEAN,
+    "o": FieldType.OBJECT,
+    "a": FieldType.ARRAY,
+}
+GOOD = {"s": "x", "i": 3, "n": 2.5, "b": False, "o": {}, "a": []}
+
+
+@pytest.mark.parametrize(
+    "field,value,reason",
+    [
+        ("s", 1, "s is int, not string"),
+        ("i", 2.0, "i is float, not integer"),
+        ("i", True, "i is bool, not integer"),
+        ("n", "2", "n is str, not number"),
+        ("n", True, "n is bool, not number"),
+        ("n", float("inf"), "n is float, not number"),
+        ("n", float("nan"), "n is float, not number"),
+        ("b", 0, "b is int, not boolean"),
+        ("o", [], "o is list, not object"),
+        ("a", {}, "a is dict, not array"),
+    ],
+)
+def test_each_field_type_takes_its_own_json_type_only(field, value, reason):
+    from pipelines.parse import check_record
+
+    assert check_record({**GOOD, field: value}, TYPED) == (
+        None,
+        f"required field(s) not usable: {reason}",
+    )
+
+
+def test_every_field_type_accepts_its_values_and_numbers_take_integers():
+    from pipelines.parse import check_record
+
+    record = {**GOOD, "n": 7}
+    assert check_record(record, TYPED) == (record, None)
+    assert check_record({**GOOD, "n": -0.5}, TYPED)[1] is None
+
+
+def test_all_problems_are_named_missing_first():
+    from pipelines.parse import check_record
+
+    assert check_record({"s": 1, "i": None}, {"s": FieldType.STRING, "i": FieldType.ANY}) == (
+        None,
+        "required field(s) not usable: s is int, not string; i is null",
+    )
+    assert check_record(
+        {"s": 1}, {"s": FieldType.STRING, "x": FieldType.ANY, "y": FieldType.ANY}
+    ) == (
+        None,
+        "missing required field(s): x, y",
+    )
+
+
+@pytest.mark.parametrize(
+    "ts,ok",
+    [(0, True), ((1 << 63) - 1, True), (-1, False), (1 << 63, False), (1.0, False), (True, False)],
+)
+def test_event_time_is_a_java_long_of_epoch_milliseconds(ts, ok):
+    from pipelines.parse import check_record
+
+    record, reason = check_record({"id": 1, "ts": ts}, ["id"], event_time_field="ts")
+    assert (record is not None) is ok
+    if not ok:
+        assert reason == f"ts is not epoch milliseconds: {ts!r}"
+
+
+def test_a_future_event_time_is_refused_past_the_skew_only():
+    import time
+
+    from pipelines.parse import check_record
+
+    now = int(time.time() * 1000)
+    assert check_record({"id": 1, "ts": now + 60_000}, ["id"], "ts", None, 120_000)[1] is None
+    _, reason = check_record({"id": 1, "ts": now + 600_000}, ["id"], "ts", None, 120_000)
+    assert reason.startswith(f"ts {now + 600_000} is ") and reason.endswith(
+        " ms ahead of processing time, more than watermarks.max_future_skew (120000 ms): it "
+        "would make every later record of its partition late"
+    )
