@@ -10,7 +10,8 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
-        enrichment-up enrichment-down demo run beam-setup beam-run images test test-unit test-integration bench bench-quick \
+        enrichment-up enrichment-down demo run beam-setup beam-run images topology-up topology-down \
+        test test-unit test-integration bench bench-quick \
         bench-operators mutation lint format clean
 
 help: ## list the targets
@@ -63,8 +64,14 @@ beam-setup: venv ## Beam's Java side (mvn, sha256-checked) and the Prism runner 
 beam-run: venv beam-setup kafka-up enrichment-up demo ## the enrich job as a Beam pipeline on Prism, streaming (Ctrl-C stops)
 	$(CLI) beam run enrich
 
-images: venv ## build the base, Kafka and deploy images where a Docker engine answers (else say why)
-	$(CLI) docker build --deploy --if-available
+images: venv ## build the base, Kafka, deploy and topology images where a Docker engine answers (else say why)
+	$(CLI) docker build --deploy --topology --if-available
+
+topology-up: venv jars images ## the production-shaped cluster in containers (README "A production-shaped cluster here")
+	$(CLI) topology up
+
+topology-down: venv ## remove every container and the network of the topology
+	$(CLI) topology down
 
 test: venv jars beam-setup images ## set everything up and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

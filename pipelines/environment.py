@@ -145,7 +145,12 @@ def create_environment(
     from pyflink.datastream import StreamExecutionEnvironment
 
     conf = Configuration()
-    flink_conf = flink_configuration(settings, jars.resolve(), uses=uses)
+    # Under `flink run`, -pyexec names the TaskManagers' python (e.g. a container's venv),
+    # which may not exist where this client runs: kept. Elsewhere, this python.
+    given = StreamExecutionEnvironment.get_execution_environment()._j_stream_execution_environment
+    python = given.getConfiguration().toMap().get("python.executable")
+    flink_conf = flink_configuration(settings, jars.resolve(), python=python, uses=uses)
+    flink_conf["python.client.executable"] = sys.executable
     for key, value in {**flink_conf, **(extra or {})}.items():
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)

@@ -30,7 +30,10 @@ def submit_command(
     extra: list[str] | None = None,
     python: str | None = None,
     flink: str | None = None,
+    client_python: str | None = None,
 ) -> list[str]:
+    """`flink run` of a Python job: `python` runs its operators on the TaskManagers,
+    `client_python` (default: the same) builds the job graph where `flink run` runs."""
     python = python or sys.executable
     cmd = [flink or flink_binary(), "run", "-m", url.removeprefix("http://")]
     if detached:
@@ -41,7 +44,7 @@ def submit_command(
     # client ships with the job graph.
     if jar_paths:
         cmd += ["--jarfile", str(jar_paths[0])]
-    cmd += ["-pyexec", python, "-pyclientexec", python, "--pyModule", module]
+    cmd += ["-pyexec", python, "-pyclientexec", client_python or python, "--pyModule", module]
     if py_files:
         cmd += ["--pyFiles", ",".join(str(p) for p in py_files)]
     cmd += list(extra or [])

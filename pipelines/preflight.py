@@ -15,6 +15,8 @@ from pipelines.settings import DeliveryGuarantee, Settings, StartMode, format_ms
 from pipelines.settings.kafka_clients import librdkafka_config
 
 BROKER_TX_MAX_KEY = "transaction.max.timeout.ms"
+TX_LOG_REPLICATION_KEY = "transaction.state.log.replication.factor"
+TX_LOG_MIN_ISR_KEY = "transaction.state.log.min.isr"
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,26 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
             )
         )
 
-    if s.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
+    exactly_once = s.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE
+    if len(metadata.brokers) > 1:  # a replicated cluster: can an acknowledged record be lost?
+        written = {
+            key: (
+                topic,
+                len(metadata.topics[topic].partitions[0].replicas),
+                _topic_config(admin, topic, "min.insync.replicas", timeout_s, ConfigResource),
+            )
+            for key, topic in sink_topics
+            if topic in partitions
+        }
+        tx_log = None
+        if exactly_once:
+            tx_log = tuple(
+                _broker_config(admin, metadata, key, timeout_s, ConfigResource)
+                for key in (TX_LOG_REPLICATION_KEY, TX_LOG_MIN_ISR_KEY)
+            )
+        out += durability_problems(len(metadata.brokers), written, tx_log)
+
+    if exactly_once:
         broker_max = _broker_config(admin, metadata, BROKER_TX_MAX_KEY, timeout_s, ConfigResource)
         if broker_max is not None and s.sink.transaction_timeout > broker_max:
             out.append(
@@ -173,6 +194,89 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
                 )
             )
     return out
+
+
+def durability_problems(
+    brokers: int,
+    written: dict[str, tuple[str, int, int | None]],
+    tx_log: tuple[int | None, int | None] | None,
+) -> list[Problem]:
+    """On a cluster of `brokers`: where an acknowledged record could be lost, or writes stop
+    when one broker is down. `written`: setting key -> (topic the job writes, its replica
+    count, its min.insync.replicas); `tx_log`: the broker's transaction log replication
+    and min ISR (exactly-once sinks only).
+
+    The sinks produce with acks=all, which waits for min.insync.replicas replicas: with one,
+    a record only the leader had is gone when that broker is; with as many as there are
+    replicas, one broker down stops every write."""
+    out = []
+    for key, (topic, replicas, min_isr) in written.items():
+        if replicas < 2:
+            out.append(
+                Problem(
+                    "warning",
+                    key,
+                    f"topic {topic!r} has {replicas} replica on a cluster of {brokers} brokers: "
+                    f"its records are lost with that broker; create it with replication factor "
+                    f"{min(3, brokers)}",
+                )
+            )
+        elif min_isr is not None and min_isr < 2:
+            out.append(
+                Problem(
+                    "warning",
+                    key,
+                    f"topic {topic!r} has min.insync.replicas={min_isr}: acks=all then waits for "
+                    f"the leader alone, and a record only the leader had is lost when that broker "
+                    f"fails; set min.insync.replicas=2 (with {replicas} replicas)",
+                )
+            )
+        elif min_isr is not None and min_isr >= replicas:
+            out.append(
+                Problem(
+                    "warning",
+                    key,
+                    f"topic {topic!r} has min.insync.replicas={min_isr} and {replicas} replicas: "
+                    f"every write fails while one of its brokers is down; set "
+                    f"min.insync.replicas={replicas - 1}",
+                )
+            )
+    if tx_log is not None:
+        replication, min_isr = tx_log
+        if replication is not None and replication < min(3, brokers):
+            out.append(
+                Problem(
+                    "warning",
+                    "sink.delivery",
+                    f"the brokers' {TX_LOG_REPLICATION_KEY}={replication} on a cluster of "
+                    f"{brokers}: a transaction's state (and whether it committed) is lost with "
+                    f"{'that broker' if replication == 1 else 'those brokers'}; set it to "
+                    f"{min(3, brokers)} before the first transaction",
+                )
+            )
+        elif min_isr is not None and min_isr < 2:
+            out.append(
+                Problem(
+                    "warning",
+                    "sink.delivery",
+                    f"the brokers' {TX_LOG_MIN_ISR_KEY}={min_isr}: a commit acknowledged by one "
+                    f"replica of the transaction log is lost with that broker; set it to 2",
+                )
+            )
+    return out
+
+
+def _topic_config(admin, topic: str, key: str, timeout_s: float, resource_cls) -> int | None:
+    resource = resource_cls("topic", topic)
+    try:
+        entry = (
+            admin.describe_configs([resource], request_timeout=timeout_s)[resource]
+            .result(timeout=timeout_s)
+            .get(key)
+        )
+    except Exception:  # noqa: BLE001 - not allowed to describe: nothing to say
+        return None
+    return int(entry.value) if entry is not None and entry.value is not None else None
 
 
 def _broker_config(admin, metadata, key: str, timeout_s: float, resource_cls) -> int | None:

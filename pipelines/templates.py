@@ -355,13 +355,16 @@ def package_job(
     flink: str,
     jobmanager: str = DEFAULT_JOBMANAGER,
     src_root: Path = PROJECT_ROOT,
+    client_python: str | None = None,
 ) -> Package:
     """Build `out_dir` (replaced whole) with everything a cluster needs for the job.
 
     SUBMIT.sh holds no path of this machine: the JobManager, the `flink` binary and the
     cluster's python come from its arguments or environment, defaults written in.
     `python` None: `python3` on the cluster's PATH. `Package.command` is the same
-    submission with this machine's paths, for `pipelines submit`.
+    submission with this machine's paths, for `pipelines submit`; its client runs
+    `client_python` (default: `python`), e.g. this venv where the TaskManagers run
+    containers of their own.
     """
     from pipelines import jars as jar_module
     from pipelines.flink_run import submit_command
@@ -401,6 +404,7 @@ def package_job(
         py_files=[out_dir],
         python=cluster_python,
         flink=flink,
+        client_python=client_python,
     )
     (out_dir / "jars.txt").write_text("\n".join(p.name for p in packaged) + "\n")
     script = out_dir / "SUBMIT.sh"
@@ -468,7 +472,8 @@ def submit_script(
         "#   a Flink 2.2 client: --flink PATH, or $FLINK_HOME/bin/flink, or `flink` on PATH",
         f"#   the JobManager: --jobmanager HOST:PORT, or $JOBMANAGER (default {jobmanager})",
         "#   Python 3.11 with apache-flink 2.2.1 on the client and every TaskManager:",
-        f"#     --python PATH, or $PYTHON (default {python})",
+        f"#     --python PATH, or $PYTHON (default {python}); where the client's differs,",
+        "#     --client-python PATH, or $CLIENT_PYTHON (default: the same)",
         "# Other arguments go to the job (e.g. --skip-preflight, --set key=value).",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
@@ -479,11 +484,13 @@ def submit_script(
         'flink="${FLINK_HOME:+$FLINK_HOME/bin/flink}"',
         'flink="${flink:-flink}"',
         'python="${PYTHON:-$default_python}"',
+        'client_python="${CLIENT_PYTHON:-}"',
         "while [ $# -gt 0 ]; do",
         '  case "$1" in',
         '    --jobmanager) jobmanager="$2"; shift 2 ;;',
         '    --flink) flink="$2"; shift 2 ;;',
         '    --python) python="$2"; shift 2 ;;',
+        '    --client-python) client_python="$2"; shift 2 ;;',
         "    *) break ;;",
         "  esac",
         "done",
@@ -505,7 +512,7 @@ def submit_script(
         'export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"',
         'exec "$flink" run -m "$jobmanager" '
         + (f"--jarfile {q('jars/lib/' + jars[0])} " if jars else "")
-        + '-pyexec "$python" -pyclientexec "$python" '
+        + '-pyexec "$python" -pyclientexec "${client_python:-$python}" '
         + f'--pyModule {q("pipelines.jobs." + job)} --pyFiles "$PWD" "$@"',
     ]
     return "\n".join(header) + "\n"

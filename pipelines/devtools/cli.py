@@ -89,6 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     enrichment.add_argument("--latency", default="50ms", help="per lookup, e.g. 50ms")
     enrichment.add_argument("--failure-rate", type=float, default=0.0)
 
+    topology = sub.add_parser(
+        "topology",
+        help="the production-shaped cluster in containers: 3 brokers, JobManager + 2 "
+        "TaskManagers, ZooKeeper HA, S3 object store, enrichment service",
+    )
+    topology.add_argument("action", choices=["up", "down", "status", "sets"])
+    topology.add_argument("job", nargs="?", help="sets: the job whose --set arguments to print")
+    topology.add_argument(
+        "--timeout", type=float, default=300.0, help="up: seconds to wait for health"
+    )
+
     docker = sub.add_parser("docker", help="images built here, containers the tests started")
     docker.add_argument("action", choices=["build", "down"])
     docker.add_argument(
@@ -98,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     docker.add_argument(
         "--deploy", action="store_true", help="build: also the enrich job's deploy image"
+    )
+    docker.add_argument(
+        "--topology",
+        action="store_true",
+        help="build: also the images of `pipelines topology` (ZooKeeper, SeaweedFS, Flink)",
     )
     return parser
 
@@ -142,6 +158,7 @@ def _submit(args) -> int:
         python=args.python or sys.executable,
         flink=flink_binary(),
         jobmanager=jm.address,
+        client_python=sys.executable,  # `flink run` runs here, whatever the cluster runs
     )
     extra = ["--skip-preflight"]
     if settings.job.from_checkpoint:  # resolved here (`latest`), where the state is
@@ -330,6 +347,12 @@ def _docker(args) -> int:
         print(f"docker   kafka {containers.ensure_kafka_image()}")
         if args.deploy:
             print(f"docker   deploy {containers.build_enrich_deploy_image()}")
+        if args.topology:
+            from pipelines.devtools.topology import ensure_images
+
+            for role, image in ensure_images().items():
+                if role != "kafka":
+                    print(f"docker   {role} {image}")
     except containers.DockerError as exc:
         if args.if_available:  # the tests then skip the container tests, saying why
             print(f"docker   images not built: {exc}")
@@ -338,7 +361,57 @@ def _docker(args) -> int:
     return 0
 
 
+def _topology(args) -> int:
+    """`up` returns once every part is healthy and prints where each is; `sets JOB` prints
+    the arguments that point a job at it (`pipelines submit JOB $(pipelines topology sets
+    JOB)`)."""
+    from pipelines.devtools import containers
+    from pipelines.devtools.s3 import S3Error
+    from pipelines.devtools.topology import Topology, TopologyError
+
+    topology = Topology()
+    if args.action != "sets":
+        problem = containers.docker_problem()
+        if problem:
+            raise Failure(f"topology: {problem}")
+    try:
+        if args.action == "up":
+            state = topology.up(wait_s=args.timeout)
+            took = state.get("started_s")
+            print(
+                f"topology {topology.name} up"
+                + (f" in {took:.0f} s" if took is not None else " (already)")
+                + f": {topology.summary()}"
+            )
+            print(
+                f"submit:  pipelines submit JOB --jobmanager {topology.jobmanager} "
+                f"--python /opt/venv/bin/python $(pipelines topology sets JOB)"
+            )
+        elif args.action == "down":
+            removed = topology.down()
+            print(f"topology {topology.name}: " + (", ".join(removed) or "nothing to remove"))
+        elif args.action == "status":
+            if not topology.state():
+                print(f"topology {topology.name}: not up")
+                return 1
+            problems = topology.problems()
+            print(f"topology {topology.name}: {topology.summary()}")
+            for problem in problems:
+                print(f"  unhealthy: {problem}")
+            return 1 if problems else 0
+        else:
+            if not args.job:
+                raise Failure("topology sets: name the job, e.g. `pipelines topology sets enrich`")
+            if not topology.state():
+                raise Failure("topology sets: the topology is not up (`pipelines topology up`)")
+            print(" ".join(f"--set {item}" for item in topology.job_sets(args.job)))
+    except (TopologyError, containers.DockerError, S3Error) as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
 HANDLERS = {
+    "topology": _topology,
     "submit": _submit,
     "demo": _demo,
     "kafka": _kafka,

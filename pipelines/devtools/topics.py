@@ -50,11 +50,13 @@ def admin(broker: Broker) -> AdminClient:
 
 
 def create_topics(bootstrap: Broker, topics: dict[str, int], timeout: float = 30.0) -> None:
-    """Create each topic with the given partition count; existing ones are left alone."""
+    """Create each topic with the given partition count and the cluster's default
+    replication (default.replication.factor: 3 on the topology, 1 on a single broker);
+    existing ones are left alone."""
     client = admin(bootstrap)
     existing = set(client.list_topics(timeout=timeout).topics)
     wanted = [
-        NewTopic(t, num_partitions=n, replication_factor=1)
+        NewTopic(t, num_partitions=n, replication_factor=-1)
         for t, n in topics.items()
         if t not in existing
     ]

@@ -126,6 +126,13 @@ def test_submit_sh_takes_jobmanager_flink_and_python_from_environment_or_argumen
         f"run -m other:9081 --jarfile jars/lib/{jar} -pyexec /opt/venv/bin/python "
         "-pyclientexec /opt/venv/bin/python"
     )
+    # A client whose python differs from the TaskManagers' (they run in containers).
+    proc = _submit(
+        package, "--python", "/opt/venv/bin/python", env={**env, "CLIENT_PYTHON": "/usr/bin/py"}
+    )
+    assert " -pyexec /opt/venv/bin/python -pyclientexec /usr/bin/py " in proc.stdout
+    proc = _submit(package, "--client-python", "/c/py", env=env)
+    assert " -pyexec python3 -pyclientexec /c/py " in proc.stdout
 
 
 HOSTILE_JOBMANAGER = 'jm:8081}"; touch {canary}; : "'

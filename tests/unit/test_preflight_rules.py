@@ -59,3 +59,40 @@ def test_commit_on_checkpoint_with_checkpointing_off():
         "completes, and checkpointing is off: enable checkpointing or set "
         "commit_offsets_on_checkpoint: false"
     ]
+
+
+def test_a_replicated_cluster_is_checked_for_records_an_acknowledgement_could_lose():
+    from pipelines.preflight import durability_problems
+
+    written = {
+        "sink.topic": ("out", 1, 1),
+        "sink.dead_letter_topic": ("dlq", 3, 1),
+        "window.late_topic": ("late", 2, 2),
+    }
+    assert [str(p) for p in durability_problems(3, written, (1, 1))] == [
+        "warning: sink.topic: topic 'out' has 1 replica on a cluster of 3 brokers: its records "
+        "are lost with that broker; create it with replication factor 3",
+        "warning: sink.dead_letter_topic: topic 'dlq' has min.insync.replicas=1: acks=all then "
+        "waits for the leader alone, and a record only the leader had is lost when that broker "
+        "fails; set min.insync.replicas=2 (with 3 replicas)",
+        "warning: window.late_topic: topic 'late' has min.insync.replicas=2 and 2 replicas: "
+        "every write fails while one of its brokers is down; set min.insync.replicas=1",
+        "warning: sink.delivery: the brokers' transaction.state.log.replication.factor=1 on a "
+        "cluster of 3: a transaction's state (and whether it committed) is lost with that "
+        "broker; set it to 3 before the first transaction",
+    ]
+
+
+def test_replication_3_with_min_isr_2_is_what_the_check_wants():
+    from pipelines.preflight import durability_problems
+
+    assert durability_problems(3, {"sink.topic": ("out", 3, 2)}, (3, 2)) == []
+    assert durability_problems(5, {"sink.topic": ("out", 3, 2)}, (3, 2)) == []
+    assert durability_problems(2, {"sink.topic": ("out", 2, None)}, (2, None)) == []
+    (only,) = durability_problems(3, {}, (3, 1))
+    assert str(only) == (
+        "warning: sink.delivery: the brokers' transaction.state.log.min.isr=1: a commit "
+        "acknowledged by one replica of the transaction log is lost with that broker; set it to 2"
+    )
+    (only,) = durability_problems(3, {}, (2, 2))
+    assert "replication.factor=2 on a cluster of 3" in str(only) and "those brokers" in str(only)

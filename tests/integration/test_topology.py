@@ -1,0 +1,338 @@
+"""The production-shaped cluster (`pipelines topology`): 3 replicated brokers, a JobManager
+with ZooKeeper HA and 2 TaskManagers, checkpoints and savepoints on SeaweedFS's S3, the
+enrichment service, each a container. Brought up once for this module, as a user would,
+and every job submitted to it with `pipelines submit --jobmanager`; output read back from
+the replicated brokers with read_committed."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from pipelines.devtools.demo import demo_values
+from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
+from pipelines.jobmanager import JobManager
+from tests.support import assert_dead_letters_are, restored_state_only, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.topology]
+
+PYTHON = "/opt/venv/bin/python"  # the TaskManagers' venv
+
+
+@pytest.fixture(scope="module")
+def topology(container_broker, tmp_path_factory):
+    """Up once for the module (its start time and memory printed), down afterwards."""
+    from pipelines.devtools.topology import Topology
+
+    topo = Topology(
+        name=f"pipelines-topo-{uuid.uuid4().hex[:6]}",
+        state_dir=tmp_path_factory.mktemp("topology"),
+    )
+    started = time.monotonic()
+    try:
+        state = topo.up(wait_s=420)
+        print(
+            f"topology up in {time.monotonic() - started:.0f} s "
+            f"(containers healthy {state['started_s']:.0f} s after the first started)"
+        )
+        yield topo
+    finally:
+        removed = topo.down()
+        assert removed, "down removed nothing"
+
+
+def sets(topology, job: str, names, *extra: str) -> list[str]:
+    items = [
+        *topology.job_sets(job),
+        f"source.topics=[{names('in')}]",
+        f"source.group_id={names('group')}",
+        f"sink.topic={names('out')}",
+        f"sink.transactional_id_prefix={names('tx')}",
+        "checkpoint.interval=2s",
+        *extra,
+    ]
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def submit(topology, job: str, *args: str, timeout: float = 420):
+    return run_cli(
+        "submit", job, "--jobmanager", topology.jobmanager, "--python", PYTHON, *args,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def submitted_id(output: str) -> str:
+    return re.search(r"Job has been submitted with JobID ([0-9a-f]{32})", output).group(1)
+
+
+def wait_for(what: str, check, timeout_s: float = 300, every_s: float = 2, job=None):
+    """Poll `check` until it returns something; with `job` (JobManager, id), fail at once,
+    with Flink's root cause, if that job fails instead."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        if job is not None:
+            jm, job_id = job
+            state = jm._call(f"/jobs/{job_id}")["state"]
+            if state in ("FAILED", "CANCELED"):
+                entries = jm._call(f"/jobs/{job_id}/exceptions")["exceptionHistory"]["entries"]
+                causes = (
+                    re.findall(r"Caused by: [^\n]*", entries[-1]["stacktrace"]) if entries else []
+                )
+                raise AssertionError(f"{what}: job {job_id} {state}: {causes[-1:] or entries[:1]}")
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
+        time.sleep(every_s)
+
+
+def test_up_is_healthy_replicated_and_within_its_budget(topology):
+    assert topology.problems() == []
+    info = topology.jobmanager_overview()
+    assert (info["taskmanagers"], info["slots-total"]) == (2, 4)
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": topology.bootstrap})
+    meta = admin.list_topics(timeout=10)
+    assert len(meta.brokers) == 3
+    resource = ConfigResource("broker", str(sorted(meta.brokers)[0]))
+    config = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert {
+        key: config[key].value
+        for key in (
+            "default.replication.factor",
+            "min.insync.replicas",
+            "transaction.state.log.replication.factor",
+            "transaction.state.log.min.isr",
+        )
+    } == {
+        "default.replication.factor": "3",
+        "min.insync.replicas": "2",
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    }
+    memory = topology.memory()
+    total = sum(memory.values())
+    print(
+        "memory: "
+        + ", ".join(f"{role} {used / 2**20:.0f} MiB" for role, used in sorted(memory.items()))
+        + f"; total {total / 2**30:.2f} GiB"
+    )
+    assert total < 8 * 2**30, f"the topology uses {total / 2**30:.2f} GiB"
+
+
+def test_every_published_port_is_on_loopback_or_the_topology_network(topology):
+    from pipelines.devtools.containers import docker
+
+    gateway = topology.state()["gateway"]
+    for role in topology.roles():
+        ports = json.loads(
+            docker(
+                "inspect", "--format", "{{json .NetworkSettings.Ports}}", topology.container(role)
+            )
+        )
+        for bindings in (ports or {}).values():
+            for binding in bindings or []:
+                assert binding["HostIp"] in ("127.0.0.1", gateway), (role, binding)
+
+
+def test_the_store_secret_is_in_no_log_environment_argument_or_image(topology):
+    """The S3 secret key reaches the containers as a mounted file only; Flink masks it
+    when it logs its configuration."""
+    from pipelines.devtools.containers import docker
+
+    secret = json.loads((topology.secrets_dir / "s3-keys.json").read_text())["secret"]
+    assert (topology.secrets_dir / "s3-keys.json").stat().st_mode & 0o077 == 0
+    for role in topology.roles():
+        name = topology.container(role)
+        assert secret not in topology.logs(role, lines=100_000), f"{role}: in its log"
+        assert secret not in docker("inspect", name), f"{role}: in its env or arguments"
+        image = docker("inspect", "--format", "{{.Config.Image}}", name)
+        assert secret not in docker("history", "--no-trunc", image), f"{role}: in its image"
+    logged = topology.logs("jobmanager", lines=100_000)
+    assert "Loading configuration property: s3.secret-key, ******" in logged
+
+
+def test_enrich_at_parallelism_4_over_6_partitions_with_checkpoints_in_the_store(topology, names):
+    bootstrap = topology.bootstrap
+    create_topics(bootstrap, {names("in"): 6, names("out"): 6, names("dlq"): 1})
+    values = demo_values(1200, bad_every=60)
+    produce(bootstrap, names("in"), values)
+    proc = submit(
+        topology,
+        "enrich",
+        *sets(topology, "enrich", names, "job.parallelism=4", f"sink.dead_letter_topic={names('dlq')}",
+              "checkpoint.retention=retain"),
+        "--detached",
+    )  # fmt: skip
+    job_id = submitted_id(proc.stdout)
+    jm = JobManager(topology.jobmanager)
+    valid = sorted(json.loads(v)["id"] for v in values if v.startswith(b'{"id"'))
+
+    def done():
+        out = read_all(bootstrap, names("out"))
+        dlq = read_all(bootstrap, names("dlq"))
+        checkpoints = jm._call(f"/jobs/{job_id}/checkpoints")["counts"]["completed"]
+        return (out, dlq) if len(out) + len(dlq) >= len(values) and checkpoints else None
+
+    out, dlq = wait_for("enrich output and a checkpoint", done, 420, job=(jm, job_id))
+    vertices = jm._call(f"/jobs/{job_id}")["vertices"]
+    run_cli("jobs", "cancel", job_id, "--jobmanager", topology.jobmanager)
+    records = [json.loads(v) for v in out]
+    print(f"enrich: input {len(values)}, output {len(records)}, dead letters {len(dlq)}")
+    assert sorted(r["id"] for r in records) == valid  # each once
+    assert_dead_letters_are(dlq, names("in"), values, 6)
+    assert {v["name"].split(" ")[0]: v["parallelism"] for v in vertices}.get("Source:") == 4
+    retained = topology.s3().keys("flink", f"checkpoints/enrich/{job_id}/")
+    print(f"retained in the store: {[k for k in retained if k.endswith('_metadata')]}")
+    assert any(re.fullmatch(rf"checkpoints/enrich/{job_id}/chk-\d+/_metadata", k) for k in retained)
+
+
+def test_passthrough_copies_exactly_through_the_replicated_brokers(topology, names):
+    bootstrap = topology.bootstrap
+    create_topics(bootstrap, {names("in"): 3, names("out"): 3})
+    values = [json.dumps({"id": i}).encode() for i in range(3000)]
+    produce(bootstrap, names("in"), values)
+    submit(topology, "passthrough", *sets(topology, "passthrough", names, "source.bounded=true"))
+    out = read_all(bootstrap, names("out"))
+    print(f"passthrough: input {len(values)}, output {len(out)}")
+    assert sorted(out) == sorted(values)
+    stable, end = (
+        end_offsets(bootstrap, names("out"), "read_committed"),
+        end_offsets(bootstrap, names("out")),
+    )
+    assert stable == end
+
+
+def test_windowed_counts_exactly_on_the_cluster(topology, names):
+    bootstrap = topology.bootstrap
+    create_topics(bootstrap, {names("in"): 3, names("out"): 3, names("dlq"): 1, names("late"): 1})
+    base = 1_700_000_000_000
+    records = [{"id": i, "key": f"k{i % 4}", "ts": base + i * 100} for i in range(1000)]
+    produce(bootstrap, names("in"), [json.dumps(r) for r in records])
+    submit(
+        topology,
+        "windowed",
+        *sets(topology, "windowed", names, "source.bounded=true", f"sink.dead_letter_topic={names('dlq')}",
+             f"window.late_topic={names('late')}"),
+    )  # fmt: skip
+    expected = Counter((r["key"], base + (r["ts"] - base) // 10_000 * 10_000) for r in records)
+    out = [json.loads(v) for v in read_all(bootstrap, names("out"))]
+    print(f"windowed: input {len(records)}, windows {len(out)}")
+    assert sorted((r["key"], r["window_start"], r["count"]) for r in out) == sorted(
+        (key, start, n) for (key, start), n in expected.items()
+    )  # a multiset: a window emitted twice fails
+
+
+def test_a_job_moves_between_sizes_through_savepoints_in_the_store(topology, names):
+    """p2 -> savepoint -> p4 -> savepoint -> p2; each resumed run reads from a group that
+    never committed (only the savepoint can give it positions)."""
+    bootstrap = topology.bootstrap
+    create_topics(bootstrap, {names("in"): 4, names("out"): 4})
+    jm = JobManager(topology.jobmanager)
+    sent: list[bytes] = []
+    savepoint = None
+    for run, parallelism in enumerate((2, 4, 2)):
+        batch = [json.dumps({"id": run * 1000 + i}).encode() for i in range(1000)]
+        produce(bootstrap, names("in"), batch)
+        sent += batch
+        extra = [f"job.parallelism={parallelism}"]
+        args = sets(topology, "passthrough", names, *extra)
+        if savepoint:
+            args += ["--from-checkpoint", savepoint, *restored_state_only(names)]
+        job_id = submitted_id(submit(topology, "passthrough", *args, "--detached").stdout)
+        wait_for(
+            f"run {run + 1}: output",
+            lambda: len(read_all(bootstrap, names("out"))) >= len(sent),
+            timeout_s=300,
+            job=(jm, job_id),
+        )
+        job = jm._call(f"/jobs/{job_id}")
+        assert {v["parallelism"] for v in job["vertices"]} == {parallelism}
+        if savepoint:
+            restored = jm._call(f"/jobs/{job_id}/checkpoints")["latest"]["restored"]
+            assert restored["external_path"].rstrip("/") == savepoint.rstrip("/"), restored
+        stop = run_cli("jobs", "stop", job_id, "--jobmanager", topology.jobmanager)
+        savepoint = re.search(r"savepoint written to (\S+)", stop.stdout).group(1)
+        assert savepoint.startswith("s3://flink/savepoints/passthrough/"), savepoint
+        key = savepoint.removeprefix("s3://flink/") + "/_metadata"
+        assert key in topology.s3().keys("flink", "savepoints/passthrough/")
+    out = read_all(bootstrap, names("out"))
+    print(f"rescale 2 -> 4 -> 2: input {len(sent)}, output {len(out)}, distinct {len(set(out))}")
+    assert sorted(out) == sorted(sent)  # every id once across the three runs
+
+
+def test_a_jobmanager_killed_and_restarted_resumes_its_job_from_the_latest_checkpoint(
+    topology, names
+):
+    """ZooKeeper HA: the job graph and the checkpoint pointer survive the JobManager's
+    process (SIGKILL); its restart recovers the same job id from them and the object store."""
+    from pipelines.devtools.containers import docker
+
+    bootstrap = topology.bootstrap
+    create_topics(bootstrap, {names("in"): 2, names("out"): 2})
+    jm = JobManager(topology.jobmanager)
+    first = [json.dumps({"id": i}).encode() for i in range(1000)]
+    produce(bootstrap, names("in"), first)
+    args = sets(topology, "passthrough", names, "job.parallelism=2")
+    job_id = submitted_id(submit(topology, "passthrough", *args, "--detached").stdout)
+
+    def checkpointed_all():
+        counts = jm._call(f"/jobs/{job_id}/checkpoints")["counts"]
+        return counts["completed"] >= 1 and len(read_all(bootstrap, names("out"))) >= len(first)
+
+    wait_for("output and a checkpoint", checkpointed_all, 300, job=(jm, job_id))
+    before = jm._call(f"/jobs/{job_id}/checkpoints")["latest"]["completed"]["id"]
+    docker("kill", "--signal", "KILL", topology.container("jobmanager"))
+    docker("start", topology.container("jobmanager"))
+
+    def recovered():
+        try:
+            job = jm._call(f"/jobs/{job_id}")
+            restored = jm._call(f"/jobs/{job_id}/checkpoints")["latest"]["restored"]
+        except Exception:  # noqa: BLE001 - the new JobManager is not answering yet
+            return None
+        return restored if job["state"] == "RUNNING" and restored else None
+
+    restored = wait_for("the job recovered by the restarted JobManager", recovered, 300)
+    print(f"HA: checkpoint {before} before the kill, restored {restored['id']}")
+    assert restored["id"] >= before and restored["is_savepoint"] is False
+    second = [json.dumps({"id": 1000 + i}).encode() for i in range(1000)]
+    produce(bootstrap, names("in"), second)
+    wait_for(
+        "output after the failover",
+        lambda: len(read_all(bootstrap, names("out"))) >= len(first) + len(second),
+        300,
+        job=(jm, job_id),
+    )
+    run_cli("jobs", "cancel", job_id, "--jobmanager", topology.jobmanager)
+    out = read_all(bootstrap, names("out"))
+    print(f"HA failover: input {len(first) + len(second)}, output {len(out)}")
+    assert sorted(out) == sorted(first + second)
+
+
+def test_the_cli_works_against_the_three_brokers(topology, names):
+    job_sets = sets(topology, "passthrough", names)
+    demo = run_cli("demo", "passthrough", *job_sets, "--records", "300", "--bad-every", "0")
+    assert "error" not in demo.stdout + demo.stderr
+    assert len(read_all(topology.bootstrap, names("in"))) == 300
+    doctor = run_cli("doctor", "passthrough", *job_sets)
+    assert "error" not in doctor.stdout + doctor.stderr and "warning" not in doctor.stdout
+    offsets = run_cli("offsets", "--job", "passthrough", *job_sets)
+    assert names("in") in offsets.stdout
+    transactions = run_cli("kafka", "transactions", "--job", "passthrough", *job_sets, "list")
+    assert transactions.returncode == 0, transactions.stderr
+
+
+def test_memory_after_the_jobs_stays_within_the_budget(topology):
+    """Run last in this module: after every job above ran on it."""
+    memory = topology.memory()
+    total = sum(memory.values())
+    print(f"memory after the jobs: {total / 2**30:.2f} GiB ({len(memory)} containers)")
+    assert len(memory) == 9
+    assert total < 8 * 2**30
