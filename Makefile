@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down demo run beam-setup beam-run images topology-up topology-down \
         test test-unit test-integration bench bench-quick \
-        bench-operators mutation lint format clean
+        bench-operators chaos chaos-smoke mutation lint format clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -87,6 +87,12 @@ bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON,
 
 bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records and cases
 	$(PY) -m bench.compare --quick
+
+chaos: venv jars images ## every fault x 3 trials x 50,000 records on the topology: bench/results/chaos.*, README table
+	$(PY) -m bench.chaos
+
+chaos-smoke: venv jars images ## each fault once, passthrough, 3,000 records (what the tests run)
+	$(PY) -m bench.chaos --smoke
 
 bench-operators: venv jars kafka-up ## the enrichment operators (sync, async, batched) side by side
 	$(PY) -m bench.operators

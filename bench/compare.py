@@ -432,9 +432,10 @@ README = ROOT / "README.md"
 README_BLOCK = ("<!-- bench:compare -->\n```\n", "```\n<!-- /bench:compare -->")
 
 
-def readme_with_table(readme: str, table_text: str) -> str:
-    """The README with its results block replaced by `table_text`."""
-    start, end = README_BLOCK
+def readme_with_table(readme: str, table_text: str, block=README_BLOCK) -> str:
+    """The README with its results block (`block`: the start and end markers) replaced by
+    `table_text`."""
+    start, end = block
     head, found, rest = readme.partition(start)
     if not found or end not in rest:
         raise SystemExit(f"README.md has no {start.strip()} ... {end.strip()} block")

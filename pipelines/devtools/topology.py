@@ -586,7 +586,7 @@ class Topology:
         # librdkafka's own log (a refused connection while a broker starts) stays quiet.
         admin = AdminClient(
             {"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 3000},
-            logger=_QUIET,
+            logger=LIBRDKAFKA_QUIET,
         )
         try:
             meta = admin.list_topics(timeout=timeout_s)
@@ -722,9 +722,9 @@ class Topology:
         return removed
 
 
-_QUIET = logging.getLogger("pipelines.topology.librdkafka")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+LIBRDKAFKA_QUIET = logging.getLogger("pipelines.topology.librdkafka")
+LIBRDKAFKA_QUIET.addHandler(logging.NullHandler())
+LIBRDKAFKA_QUIET.propagate = False
 
 
 def _http_ok(url: str, timeout: float = 3) -> bool:
