@@ -209,3 +209,87 @@ def test_a_future_event_time_is_refused_past_the_skew_only():
         " ms ahead of processing time, more than watermarks.max_future_skew (120000 ms): it "
         "would make every later record of its partition late"
     )
+
+
+def test_a_dead_letter_is_exactly_these_fields_in_sorted_order():
+    row = Row(topic="in", partition=1, offset=9, timestamp=5, key=b"k", value=b"caf\xc3\xa9 \xff!")
+    text = dead_letter(row, "r" * 1500, "enrich")
+    assert text == json.dumps(
+        {
+            "error": "r" * 1000,  # reasons are cut at 1000 characters
+            "job": "enrich",
+            "stage": "parse",
+            "origin": {"topic": "in", "partition": 1, "offset": 9, "timestamp": 5},
+            "key_b64": "aw==",
+            "key_sha256": hashlib.sha256(b"k").hexdigest(),
+            "key_size": 1,
+            "value_b64": base64.b64encode(b"caf\xc3\xa9 \xff!").decode(),
+            "value_sha256": hashlib.sha256(b"caf\xc3\xa9 \xff!").hexdigest(),
+            "value_size": 8,
+            "value_preview": "café \ufffd!",
+        },
+        sort_keys=True,
+    )
+    null = json.loads(
+        dead_letter(
+            Row(topic="in", partition=0, offset=0, timestamp=0, key=None, value=None),
+            "x",
+            "j",
+            stage="enrich",
+        )
+    )
+    assert (null["value_b64"], null["value_preview"], null["key_b64"], null["stage"]) == (
+        None,
+        None,
+        None,
+        "enrich",
+    )
+    assert "value_size" not in null
+
+
+def test_the_preview_is_the_first_200_characters():
+    value = ("é" * 300).encode()
+    message = json.loads(
+        dead_letter(
+            Row(topic="t", partition=0, offset=0, timestamp=0, key=None, value=value), "x", "j"
+        )
+    )
+    assert message["value_preview"] == "é" * 200
+
+
+def test_a_key_keeps_at_most_64_kib_and_the_value_the_rest():
+    row = Row(topic="t", partition=0, offset=0, timestamp=0, key=b"k" * 70_000, value=b"v" * 10)
+    message = json.loads(dead_letter(row, "x", "j", max_bytes=1_048_576))
+    assert len(base64.b64decode(message["key_b64"])) == 65_536
+    assert message["key_truncated"] is True and "value_truncated" not in message
+
+
+def test_a_stage_dead_letter_carries_the_record_without_its_origin():
+    from pipelines.parse import record_dead_letter
+
+    origin = {"topic": "in", "partition": 0, "offset": 3, "timestamp": 1}
+    text = record_dead_letter(
+        {"id": 1, "b": "x", "_origin": origin},
+        "lookup failed",
+        "enrich",
+        "enrich",
+        "_origin",
+        1_048_576,
+    )
+    original = b'{"b": "x", "id": 1}'
+    assert json.loads(text) == {
+        "error": "lookup failed",
+        "job": "enrich",
+        "stage": "enrich",
+        "origin": origin,
+        "key_b64": None,
+        "value_b64": base64.b64encode(original).decode(),
+        "value_sha256": hashlib.sha256(original).hexdigest(),
+        "value_size": len(original),
+        "value_preview": original.decode(),
+    }
+    small = json.loads(
+        record_dead_letter({"id": 1, "pad": "p" * 40_000}, "x", "enrich", "enrich", None, 30_000)
+    )
+    assert small["origin"] is None and small["value_truncated"] is True
+    assert len(base64.b64decode(small["value_b64"])) == (30_000 - 16_384) * 3 // 4

@@ -342,3 +342,29 @@ def test_the_settings_python_functions_carry_hold_no_kafka_secret(tmp_path, monk
     assert [c for c in canaries if c in carried] == []
     assert bare.enrichment.url == "http://svc:8765" and bare.sink == loaded.settings.sink
     assert loaded.settings.kafka.security.password.get_secret_value() == "canary-sasl"
+
+
+@pytest.mark.parametrize(
+    "key,value,source,shown",
+    [
+        ("kafka.security.password", None, "", "null"),
+        ("kafka.security.password", "", "", ""),
+        ("kafka.security.password", "hunter22", "", "******"),
+        ("source.group_id", "from-env", "--set -> env GROUP ", "******"),
+        ("source.group_id", "from-env", "--set", "from-env"),
+        ("source.group_id", "**********", "", "******"),
+        ("source.group_id", "g1", "", "g1"),
+        ("source.bounded", True, "", "true"),
+        ("checkpoint.interval", 90_000, "", "90s"),
+        ("sink.transaction_timeout", 600_000, "", "10min"),
+        ("job.parallelism", 90_000, "", "90000"),
+        ("source.topics", ["a", "b"], "", "[a, b]"),
+        ("kafka.properties", {"linger.ms": "5"}, "", "{linger.ms: '5'}"),
+        ("enrichment.url", "http://u:sekrit@svc:80/x", "", "http://u:******@svc:80/x"),
+        ("source.topics", ["http://u:sekrit@h/"], "", "['http://u:******@h/']"),
+    ],
+)
+def test_a_value_is_printed_masked_typed_and_formatted(key, value, source, shown):
+    from pipelines.settings.secrets import mask_value
+
+    assert mask_value(key, value, source) == shown
