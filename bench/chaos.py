@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default="enrich,passthrough")
     parser.add_argument("--faults", help="comma-separated (default: all)")
     parser.add_argument("--seed", type=int, help="the first trial's seed (default: random)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the trials bench/results/chaos.json already holds and run only the others",
+    )
     args = parser.parse_args(argv)
     rate = 1500.0  # records a second: 50,000 take ~35 s, so every fault lands mid-stream
     if args.smoke:
@@ -82,11 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos    topology up ({state.get('started_s', 'reused')} s): {topology.summary()}")
     results: list[Result] = []
     name = "chaos-smoke" if args.smoke else "chaos"
+    if args.resume and (RESULTS / f"{name}.json").is_file():
+        kept = json.loads((RESULTS / f"{name}.json").read_text())
+        results = [Result(**{k: v for k, v in r.items() if k != "ok"}) for r in kept]
+        print(f"chaos    resuming: {len(results)} trials kept")
+    done = {(r.job, r.fault, r.trial) for r in results}
     try:
         for trial in range(1, args.trials + 1):
             for job in args.jobs.split(","):
                 for fault in faults:
                     seed = seeds.randrange(1 << 31)
+                    if (job, fault, trial) in done:
+                        continue
                     print(f"chaos    {job} {fault} trial {trial} seed {seed} ...", flush=True)
                     result = run_trial(topology, job, fault, args.records, seed, trial, rate=rate)
                     results.append(result)
