@@ -318,6 +318,27 @@ def test_a_jobmanager_killed_and_restarted_resumes_its_job_from_the_latest_check
     assert sorted(out) == sorted(first + second)
 
 
+def test_preflight_warns_where_an_acknowledged_record_could_be_lost(topology, names):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": topology.bootstrap})
+    risky = NewTopic(names("out"), 3, -1, config={"min.insync.replicas": "1"})
+    single = NewTopic(names("dlq"), 1, 1)
+    for future in admin.create_topics([risky, single], request_timeout=30).values():
+        future.result(timeout=30)
+    create_topics(topology.bootstrap, {names("in"): 3})
+    job_sets = sets(topology, "passthrough", names, f"sink.dead_letter_topic={names('dlq')}")
+    doctor = run_cli("doctor", "passthrough", *job_sets)
+    warnings = [line for line in doctor.stdout.splitlines() if line.startswith("warning")]
+    assert warnings == [
+        f"warning: sink.topic: topic {names('out')!r} has min.insync.replicas=1: acks=all then "
+        "waits for the leader alone, and a record only the leader had is lost when that broker "
+        "fails; set min.insync.replicas=2 (with 3 replicas)",
+        f"warning: sink.dead_letter_topic: topic {names('dlq')!r} has 1 replica on a cluster of "
+        "3 brokers: its records are lost with that broker; create it with replication factor 3",
+    ]
+
+
 def test_the_cli_works_against_the_three_brokers(topology, names):
     job_sets = sets(topology, "passthrough", names)
     demo = run_cli("demo", "passthrough", *job_sets, "--records", "300", "--bad-every", "0")
