@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -253,12 +255,7 @@ def sink_leader_kill(ctx: Context) -> None:
 def open_transactions(ctx: Context) -> dict[str, int]:
     """Transactional id -> coordinator broker id, for the trial's sink transactions open
     now (Kafka's own kafka-transactions tool, as `pipelines kafka transactions` runs it)."""
-    proc = subprocess.run(
-        [*CLI, "kafka", "transactions", "--job", ctx.job, *ctx.args, "list"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _run_cli("kafka", "transactions", "--job", ctx.job, *ctx.args, "list", timeout=120)
     found = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
@@ -367,8 +364,32 @@ class Result:
         return {**asdict(self), "ok": self.ok}
 
 
+def _run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`pipelines ARGS` in a session of its own, ended whole (its `flink run` JVM included)
+    if it outlives `timeout`."""
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise ChaosError(f"pipelines {' '.join(args[:2])}: no answer within {timeout:.0f} s")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left behind
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+    proc = _run_cli(*args, timeout=timeout)
     if proc.returncode != 0:
         raise ChaosError(
             f"pipelines {' '.join(args[:2])} exited {proc.returncode}: "
@@ -529,8 +550,12 @@ def run_trial(
         reader.stop.set()
         reader.join(timeout=30)
         if ctx.job_id:
-            subprocess.run([*CLI, "jobs", "cancel", ctx.job_id, "--jobmanager", topology.jobmanager],
-                           capture_output=True, timeout=120)  # fmt: skip
+            try:
+                _run_cli(
+                    "jobs", "cancel", ctx.job_id, "--jobmanager", topology.jobmanager, timeout=120
+                )
+            except ChaosError as exc:
+                result.error = result.error or str(exc)
         if producer.error and not result.error:
             result.error = f"producing the input: {producer.error}"
     _check(result, topology, job, names, values, expected_dead, reader)
