@@ -413,6 +413,14 @@ def _rest(topology: Topology, path: str):
     return JobManager(topology.jobmanager)._call(path)
 
 
+def _job_state(topology: Topology, job_id: str) -> str | None:
+    """The job's state, or None while no JobManager answers (one failing over)."""
+    try:
+        return _rest(topology, f"/jobs/{job_id}")["state"]
+    except Exception:  # noqa: BLE001 - JobManagerError, or a half-started JobManager's 404
+        return None
+
+
 def _checkpoints_completed(topology: Topology, job_id: str) -> int:
     try:
         return _rest(topology, f"/jobs/{job_id}/checkpoints")["counts"]["completed"]
@@ -539,12 +547,15 @@ def run_trial(
             gap, resumed = max(gaps)
             result.max_gap_s, result.recovery_s = round(gap, 1), round(resumed - injected, 1)
         ctx.note(f"output complete; healed {healed - injected:.1f} s after the injection")
-        job_info = _rest(topology, f"/jobs/{ctx.job_id}")
+        # The output can be complete while a JobManager killed near the end still starts.
+        state = _wait_for(lambda: _job_state(topology, ctx.job_id), 240, "the JobManager's answer")
         result.restarts = _restarts(topology, ctx.job_id)
-        if job_info["state"] != "RUNNING":
-            raise ChaosError(f"the job is {job_info['state']} after the fault")
-    except ChaosError as exc:
-        result.error = str(exc)
+        if state != "RUNNING":
+            raise ChaosError(f"the job is {state} after the fault")
+    except Exception as exc:  # noqa: BLE001 - one trial's surprise is a finding, not the end
+        result.error = (
+            f"{type(exc).__name__}: {exc}" if not isinstance(exc, ChaosError) else str(exc)
+        )
     finally:
         producer.done.wait(timeout=600)
         reader.stop.set()
