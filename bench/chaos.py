@@ -4,8 +4,11 @@ job (lookups at 20 ms) and passthrough, on the production-shaped cluster; result
 duplicated, recovery median / max) in bench/results/, the table copied into README.md.
 
 `--smoke`: each fault once on passthrough with fewer records (what `make test` runs, as
-tests in tests/integration/test_topology.py), results to .local/chaos-smoke.*. Trials print their seed: `--faults F --seed S
---trials 1` replays one.
+tests in tests/integration/test_topology.py), results to .local/chaos-smoke.*. Trials print
+their seed: `--faults F --seed S --trials 1` replays one.
+
+It uses the default topology (`pipelines topology`), reusing one that is up and healthy,
+and takes it down at the end of a full run, also when interrupted.
 """
 
 from __future__ import annotations
