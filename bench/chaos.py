@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.report:
-        kept = json.loads((RESULTS / "chaos.json").read_text())
-        text = table([Result(**{k: v for k, v in r.items() if k != "ok"}) for r in kept])
+        text = table(recorded("chaos"))
         print(text)
         (RESULTS / "chaos.txt").write_text(text + "\n")
         README.write_text(readme_with_table(README.read_text(), text, README_BLOCK))
@@ -103,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     name = "chaos-smoke" if args.smoke else "chaos"
     if args.resume and (RESULTS / f"{name}.json").is_file():
-        kept = json.loads((RESULTS / f"{name}.json").read_text())
-        results = [Result(**{k: v for k, v in r.items() if k != "ok"}) for r in kept]
+        results = recorded(name)
         print(f"chaos    resuming: {len(results)} trials kept")
     done = {(r.job, r.fault, r.trial) for r in results}
     try:
@@ -135,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke:
         README.write_text(readme_with_table(README.read_text(), text, README_BLOCK))
     return 0 if all(r.ok for r in results) else 1
+
+
+def recorded(name: str) -> list[Result]:
+    """The trials bench/results/<name>.json holds (`ok` is derived, not stored back)."""
+    kept = json.loads((RESULTS / f"{name}.json").read_text())
+    return [Result(**{k: v for k, v in r.items() if k != "ok"}) for r in kept]
 
 
 def _write(name: str, results: list[Result], text: str | None = None) -> None:
