@@ -206,21 +206,28 @@ def _wait_brokers(ctx: Context, timeout_s: float = 240) -> None:
         time.sleep(1)
 
 
-def _wait_taskmanagers(ctx: Context, timeout_s: float = 240) -> None:
+def _wait_taskmanagers(ctx: Context, gone: list[str] = (), timeout_s: float = 240) -> None:
+    """Until 2 TaskManagers are registered and none of `gone` (ids of a killed one, which
+    the JobManager lists until it notices) is among them: the restarted one is back."""
     deadline = time.monotonic() + timeout_s
     while True:
-        info = ctx.topology.jobmanager_overview() or {}
-        if info.get("taskmanagers") == 2:
+        ids = ctx.topology.taskmanager_ids()
+        if ids is not None and len(ids) == 2 and not set(gone) & set(ids):
             return
         if time.monotonic() > deadline:
-            raise ChaosError(f"2 TaskManagers not registered within {timeout_s:.0f} s: {info}")
+            raise ChaosError(
+                f"2 TaskManagers not registered within {timeout_s:.0f} s "
+                f"(registered: {ids}, killed: {list(gone)})"
+            )
         time.sleep(1)
 
 
 def taskmanager_kill(ctx: Context) -> None:
     role = ctx.rng.choice(["taskmanager-1", "taskmanager-2"])
+    killed = [i for i in ctx.topology.taskmanager_ids() or [] if i.startswith(f"{role}:")]
     _restart(ctx, role)
-    _wait_taskmanagers(ctx)
+    _wait_taskmanagers(ctx, gone=killed)
+    ctx.note(f"{role} registered again")
 
 
 def taskmanager_partition(ctx: Context, seconds: float = 30) -> None:
@@ -504,6 +511,10 @@ def run_trial(
     )
     result = Result(job, fault, trial, seed, records, dead_letters_expected=len(expected_dead))
     bootstrap = topology.bootstrap
+    problems = topology.wait_ready()
+    if problems:  # a trial on a broken cluster would only measure the previous one's damage
+        result.error = f"the topology was not ready before the trial: {'; '.join(problems)}"
+        return result
     create_topics(bootstrap, {names["in"]: PARTITIONS, names["out"]: PARTITIONS, names["dlq"]: 1})
     sets = [
         *topology.job_sets(job),

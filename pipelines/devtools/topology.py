@@ -445,7 +445,11 @@ class Topology:
             "taskmanager.memory.process.size": "1600m",
             "taskmanager.numberOfTaskSlots": SLOTS,
             "taskmanager.bind-host": "0.0.0.0",
-            "taskmanager.rpc.port": 6122,
+            # No fixed RPC port: a TaskManager killed and started again at the same
+            # host:port is a new actor system at an address the JobManager still holds an
+            # association to, and Pekko discards its registration ("read-only
+            # association") until the TaskManager gives up after 5 minutes. An ephemeral
+            # port makes every incarnation a new address, as a new pod IP does.
         }
         if role.startswith("taskmanager"):
             common["taskmanager.host"] = role
@@ -577,6 +581,31 @@ class Topology:
         from pipelines.devtools.flink_cluster import rest_overview
 
         return rest_overview(f"http://{self.jobmanager}", timeout=3)
+
+    def taskmanager_ids(self) -> list[str] | None:
+        """The resource ids of the registered TaskManagers (`taskmanager-1:PORT-xxxxxx`);
+        None while no JobManager answers. A TaskManager lost without a goodbye stays
+        listed until its heartbeat times out."""
+        from pipelines.jobmanager import JobManager, JobManagerError
+
+        try:
+            found = JobManager(self.jobmanager)._call("/taskmanagers")
+        except (JobManagerError, OSError):
+            return None
+        return sorted(tm["id"] for tm in found.get("taskmanagers", []))
+
+    def wait_ready(self, timeout_s: float = 180) -> list[str]:
+        """Wait until nothing is wrong (every slot free again after a job ended, brokers in
+        sync); the problems still seen at the deadline, or [] when ready."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                problems = self.problems()
+            except (KeyError, OSError, DockerError) as exc:
+                problems = [str(exc)]
+            if not problems or time.monotonic() > deadline:
+                return problems
+            time.sleep(2)
 
     def brokers_in_sync(self, timeout_s: float = 5) -> str | None:
         """None when all brokers are in the ISR of every partition of the health topic;
