@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 from pipelines.devtools.containers import docker
 from pipelines.devtools.topics import create_topics, end_offsets, read_messages
-from pipelines.devtools.topology import LIBRDKAFKA_QUIET, Topology
+from pipelines.devtools.topology import LIBRDKAFKA_QUIET, TASKMANAGERS, Topology
 
 log = logging.getLogger(__name__)
 
@@ -206,17 +206,17 @@ def _wait_brokers(ctx: Context, timeout_s: float = 240) -> None:
         time.sleep(1)
 
 
-def _wait_taskmanagers(ctx: Context, gone: list[str] = (), timeout_s: float = 240) -> None:
-    """Until 2 TaskManagers are registered and none of `gone` (ids of a killed one, which
+def _wait_taskmanagers(ctx: Context, gone: tuple[str, ...] = (), timeout_s: float = 240) -> None:
+    """Until every TaskManager is registered and none of `gone` (ids of a killed one, which
     the JobManager lists until it notices) is among them: the restarted one is back."""
     deadline = time.monotonic() + timeout_s
     while True:
         ids = ctx.topology.taskmanager_ids()
-        if ids is not None and len(ids) == 2 and not set(gone) & set(ids):
+        if ids is not None and len(ids) == TASKMANAGERS and not set(gone) & set(ids):
             return
         if time.monotonic() > deadline:
             raise ChaosError(
-                f"2 TaskManagers not registered within {timeout_s:.0f} s "
+                f"{TASKMANAGERS} TaskManagers not registered within {timeout_s:.0f} s "
                 f"(registered: {ids}, killed: {list(gone)})"
             )
         time.sleep(1)
@@ -224,7 +224,7 @@ def _wait_taskmanagers(ctx: Context, gone: list[str] = (), timeout_s: float = 24
 
 def taskmanager_kill(ctx: Context) -> None:
     role = ctx.rng.choice(["taskmanager-1", "taskmanager-2"])
-    killed = [i for i in ctx.topology.taskmanager_ids() or [] if i.startswith(f"{role}:")]
+    killed = tuple(i for i in ctx.topology.taskmanager_ids() or [] if i.startswith(f"{role}:"))
     _restart(ctx, role)
     _wait_taskmanagers(ctx, gone=killed)
     ctx.note(f"{role} registered again")

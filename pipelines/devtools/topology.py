@@ -599,10 +599,7 @@ class Topology:
         sync); the problems still seen at the deadline, or [] when ready."""
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                problems = self.problems()
-            except (KeyError, OSError, DockerError) as exc:
-                problems = [str(exc)]
+            problems = self._problems_seen()
             if not problems or time.monotonic() > deadline:
                 return problems
             time.sleep(2)
@@ -664,11 +661,15 @@ class Topology:
             out.append(f"enrichment: no answer at {self.enrichment_url}")
         return out
 
-    def healthy(self, timeout_s: float = 5) -> bool:
+    def _problems_seen(self, timeout_s: float = 5) -> list[str]:
+        """problems(), with a topology too broken to ask (no state, no engine) as one."""
         try:
-            return not self.problems(timeout_s)
-        except (KeyError, OSError, DockerError):
-            return False
+            return self.problems(timeout_s)
+        except (KeyError, OSError, DockerError) as exc:
+            return [f"{type(exc).__name__}: {exc}"]
+
+    def healthy(self, timeout_s: float = 5) -> bool:
+        return not self._problems_seen(timeout_s)
 
     def _wait_healthy(self, keys: dict, wait_s: float) -> None:
         from pipelines.devtools.s3 import S3Error

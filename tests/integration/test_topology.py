@@ -360,8 +360,7 @@ def ready_topology(topology):
     if problems:
         kept = topology.keep_logs()
         print(f"topology not ready ({'; '.join(problems)}); logs in {kept}; starting it afresh")
-        topology.down()
-        topology.up(wait_s=420)
+        topology.up(wait_s=420)  # an unhealthy topology is taken down first
     return topology
 
 
