@@ -331,9 +331,12 @@ def _cancel(result) -> None:
             pass
         done.set()
 
+    started = time.monotonic()
     threading.Thread(target=cancel, name="beam-cancel", daemon=True).start()
     if not done.wait(CANCEL_TIMEOUT_S):
         log.info(f"cancel did not confirm within {CANCEL_TIMEOUT_S:.0f} s; ending its processes")
+    else:
+        log.info(f"the runner confirmed the cancel in {time.monotonic() - started:.1f} s")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -217,10 +217,19 @@ def test_streaming_on_prism_is_exact_and_ctrl_c_leaves_nothing(
     job.proc.send_signal(signal.SIGINT)
     code = job.wait(timeout=STOP_LIMIT_S + 30)
     took = time.monotonic() - started
+    print(
+        f"[prism] stopped in {took:.1f} s: {[x for x in job.output.splitlines() if 'cancel' in x]}"
+    )
     assert code == 0, job.output[-3000:]
     assert took < STOP_LIMIT_S
     assert "beam job enrich cancelled" in job.output
-    assert "cancel did not confirm" not in job.output  # Prism cancelled the job itself
+    # Prism confirms a cancel at once here (0.0 s in each of 3 runs with a core kept busy),
+    # but once on a loaded CI machine its Cancel call had not returned after 18 s; the runner
+    # then ends Prism's processes itself, which is the path the exit code, the time and the
+    # leftover checks around this hold either way. Which path ran is printed above.
+    assert "the runner confirmed the cancel" in job.output or (
+        "cancel did not confirm" in job.output
+    )
     left = wait_gone(tree, 15)
     assert not left, f"still running after the CLI exited: {left}"
     out, dead = read_back(kafka, names)
