@@ -31,6 +31,7 @@ import asyncio
 import time
 
 from pipelines import jsontext
+from pipelines.lines import DEAD_MARK, join_lines, split_lines, split_meta
 from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage's interface
     ClientFactory,
     EnrichmentClient,
@@ -47,7 +48,6 @@ from pipelines.settings import (
     OnFailure,
     Settings,
 )
-from pipelines.stages import DEAD_MARK, join_lines, split_lines, split_meta
 
 
 class Coalescer:
@@ -133,7 +133,7 @@ class EnrichStats:
 
 
 def rewrap(meta: str, out: str) -> str:
-    """An enriched record keeps its input record's Kafka metadata (pipelines.stages.META);
+    """An enriched record keeps its input record's Kafka metadata (pipelines.lines.META);
     a dead letter goes out without it."""
     return out if out.startswith(DEAD_MARK) else meta + out
 

@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.loopback import ShimError, build_shim
 from pipelines.paths import JARS_DIR, PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -153,9 +154,10 @@ def fetch() -> list[Path]:
             raise JarError(problem)
         log.info(f"ok       {jar.coordinates}")
     build_project_jar()
-    from pipelines.loopback import build_shim
-
-    build_shim()
+    try:
+        build_shim()
+    except ShimError as exc:
+        raise JarError(str(exc)) from None
     return resolve()
 
 

@@ -151,7 +151,7 @@ def build_sink(
 ):
     """A KafkaSink of JSON text records to `topic` (the configured sink topic by default),
     with the key, headers and timestamp of the input record each came from when it carries
-    them (pipelines.stages.with_meta; jars/src RecordSerializer). `key_field` (else
+    them (pipelines.lines.with_meta; jars/src RecordSerializer). `key_field` (else
     `sink.key_field` for the main topic) sets the key from a JSON field instead.
 
     Each sink in a job needs its own transactional id prefix: `id_suffix` derives one for

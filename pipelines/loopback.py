@@ -35,6 +35,10 @@ SHIM = Path(os.environ.get("PIPELINES_JAR_LIB", JARS_DIR / "lib")) / "libloopbac
 _warned: list[bool] = []
 
 
+class ShimError(Exception):
+    """The shim did not compile; pipelines.jars reports it as a JarError."""
+
+
 def build_shim() -> Path | None:
     """Compile the shim when missing or older than its source; None (and one line saying
     what that means) where no C compiler is installed."""
@@ -55,9 +59,7 @@ def build_shim() -> Path | None:
         text=True,
     )
     if built.returncode != 0:
-        from pipelines.jars import JarError
-
-        raise JarError(f"{compiler} failed on {SOURCE.name}: {built.stderr.strip()[-500:]}")
+        raise ShimError(f"{compiler} failed on {SOURCE.name}: {built.stderr.strip()[-500:]}")
     log.info(f"built    {SHIM.name}")
     return SHIM
 

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from pipelines import jsontext
+from pipelines.lines import join_lines, with_meta
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
-from pipelines.stages import join_lines, with_meta
 
 DEAD_LETTER_TAG = "dead-letters"
 # Room in a dead-letter message for everything but the original bytes (reason, origin,
@@ -280,7 +280,7 @@ def make_parse_function(
 ):
     """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
     With `carry_metadata` a record's text is prefixed with its Kafka key, headers and
-    timestamp (pipelines.stages.with_meta) for the sink.
+    timestamp (pipelines.lines.with_meta) for the sink.
 
     With `batched`, each input element is a list of rows and each output element is the
     valid records among them, one JSON text per line (bad ones still go out one by one).

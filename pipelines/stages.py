@@ -12,58 +12,14 @@ uid, so renaming one is a breaking change for running jobs).
 The batch contract. Records cross from the JVM into Python in batches and come back as
 one element per batch: PyFlink's cost is per element, so a batch of 500 pays it once.
 `batch_records` (Java RecordBatcher) turns rows into lists of rows; a batched Python stage
-answers each list with ONE string, its records as JSON text, one per line
-(`join_lines`); a line starting with DEAD_MARK is a dead letter of that stage, one starting
-with META carries its input record's key, headers and timestamp (`with_meta`). JSON text
-never contains a raw newline (it escapes it), so lines are records. `records(batches)`
-(Java SplitLines) turns such a stream back into one element per record, in the JVM.
+answers each list with ONE string, its records as lines (the line format is
+pipelines.lines). `records(batches)` (Java SplitLines) turns such a stream back into one
+element per record, in the JVM.
 """
 
 from __future__ import annotations
 
-import base64
-
 from pipelines.settings import ConfigError, FieldType, Settings
-
-DEAD_MARK = "\x00"  # a line that is a dead letter, not a record (SplitLines routes it)
-# A record line may start with its input record's Kafka key, headers and timestamp:
-# META key META headers META timestamp META json (see with_meta); the sink writes them
-# (jars/src RecordSerializer). JSON text holds no raw control character, so neither mark
-# can be mistaken for data.
-META = "\x01"
-
-
-def with_meta(key: bytes | None, headers: bytes | None, timestamp: int | None, text: str) -> str:
-    """A record's JSON text with the Kafka metadata of the input record it came from."""
-    k = "~" if key is None else base64.b64encode(key).decode()
-    h = "" if headers is None else base64.b64encode(headers).decode()
-    t = "" if timestamp is None or timestamp < 0 else str(timestamp)
-    return f"{META}{k}{META}{h}{META}{t}{META}{text}"
-
-
-def split_meta(line: str) -> tuple[str, str]:
-    """(the metadata prefix, or "", the JSON text) of a record line."""
-    if not line.startswith(META):
-        return "", line
-    text = line.split(META, 4)[4]
-    return line[: len(line) - len(text)], text
-
-
-def key_of(meta: str) -> bytes | None:
-    """The Kafka key a metadata prefix (`split_meta`) carries; None when none."""
-    if not meta:
-        return None
-    key = meta.split(META, 2)[1]
-    return None if key == "~" else base64.b64decode(key)
-
-
-def join_lines(texts) -> str:
-    """A batch's records (JSON texts) as the one element a batched stage emits."""
-    return "\n".join(texts)
-
-
-def split_lines(batch: str) -> list[str]:
-    return batch.split("\n")
 
 
 def require(settings: Settings, key: str, why: str, when: str | None = None) -> None:

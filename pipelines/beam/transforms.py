@@ -155,7 +155,7 @@ class _EnrichBatchFn(beam.DoFn):
     def _flush(self):
         from apache_beam.utils.windowed_value import WindowedValue
 
-        from pipelines.stages import DEAD_MARK, with_meta
+        from pipelines.lines import DEAD_MARK, with_meta
 
         batch, self.buffer = self.buffer, []
         if not batch:
@@ -196,7 +196,7 @@ class EnrichRecords(beam.PTransform):
 
 
 class _ToKafkaRecord(beam.DoFn):
-    """(key, value) bytes for KafkaIO: the key the record carries (pipelines.stages.META) or
+    """(key, value) bytes for KafkaIO: the key the record carries (pipelines.lines.META) or
     its `key_field`. Beam's Python WriteToKafka writes no headers or record timestamps, and
     its bytes coder takes no null key: a record without one gets the empty key."""
 
@@ -209,7 +209,7 @@ class _ToKafkaRecord(beam.DoFn):
 
     def process(self, text: str):
         from pipelines import jsontext
-        from pipelines.stages import key_of, split_meta
+        from pipelines.lines import key_of, split_meta
 
         self.written.inc()
         meta, text = split_meta(text)

@@ -18,9 +18,9 @@ from pipelines.beam.transforms import (
     ParseRecords,
     consumer_config,
 )
+from pipelines.lines import split_meta
 from pipelines.lookups import PermanentLookupError
 from pipelines.settings import ConfigError, load_settings
-from pipelines.stages import split_meta
 
 pytestmark = pytest.mark.unit
 

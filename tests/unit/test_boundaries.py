@@ -53,6 +53,78 @@ def test_the_parser_sees_every_import_form(tmp_path):
     } <= imported_modules(probe)
 
 
+def import_graph(package_dir: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at the top or inside a function alike (an
+    import hidden in a function still makes a cycle: it only moves the failure to run time)."""
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for dotted in imported_modules(path):
+            if dotted.partition(".")[0] == package_dir.name and (target := known(dotted)):
+                found.add(target)
+        found.discard(name)
+        found.discard(package_dir.name)  # every module's package: not a dependency
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles_among_the_projects_modules():
+    assert cycles(import_graph(ROOT / "pipelines")) == []
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub.b import f\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from pkg import a\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.sub.b"]]
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     loaded = load_settings("windowed", environ={})

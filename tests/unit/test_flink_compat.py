@@ -157,7 +157,7 @@ def test_raw_record_serializer_writes_key_value_headers_and_timestamp_unchanged(
 def test_record_serializer_writes_the_carried_key_headers_and_timestamp(env):
     from pyflink.java_gateway import get_gateway
 
-    from pipelines.stages import with_meta
+    from pipelines.lines import with_meta
 
     jvm = get_gateway().jvm
     line = with_meta(b"k\xff", bytes(header_bytes(HEADERS)), 1_700_000_000_123, '{"id":1,"c":"x"}')

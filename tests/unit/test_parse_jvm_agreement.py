@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines import jsontext
+from pipelines.lines import with_meta
 from pipelines.parse import JAVA_LONG_END, parse_value
 from pipelines.settings import FieldType
-from pipelines.stages import with_meta
 
 pytestmark = pytest.mark.unit
 
