@@ -326,10 +326,16 @@ def make_sync_function(settings: Settings, client_factory: ClientFactory):
     return EnrichSync()
 
 
-def apply_enrichment(stream, settings: Settings, client_factory: ClientFactory):
+def apply_enrichment(
+    stream,
+    settings: Settings,
+    client_factory: ClientFactory,
+    uids: tuple[str, str, str] = ("enrich", "enriched", "enrich-dead-letters"),
+):
     """Wire the enrichment stage into the stream the parse step produced, looking records
     up with the clients `client_factory(settings)` makes (one per worker), from settings
-    without Kafka credentials. Returns (enriched records, dead letters), both streams of JSON text."""
+    without Kafka credentials. Returns (enriched records, dead letters), both streams of
+    JSON text; `uids` names the stage, its records and its dead letters."""
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
 
@@ -361,7 +367,8 @@ def apply_enrichment(stream, settings: Settings, client_factory: ClientFactory):
             cfg.elements_in_flight(),
             Types.STRING(),
         )
-    out = out.name("enrich").uid("enrich")
-    records = split_lines(out, keep_marked=False).name("enriched").uid("enriched")
-    dead = split_lines(out, keep_marked=True).name("enrich-dead-letters").uid("enrich-dead-letters")
+    stage, enriched, dead_letters = uids
+    out = out.name(stage).uid(stage)
+    records = split_lines(out, keep_marked=False).name(enriched).uid(enriched)
+    dead = split_lines(out, keep_marked=True).name(dead_letters).uid(dead_letters)
     return records, dead

@@ -13,6 +13,7 @@ from urllib.parse import quote
 from pipelines import jars, paths
 from pipelines.jobmanager import JOB_PARAMETER, PREFIX_PARAMETER, SAVEPOINT_PARAMETER
 from pipelines.settings import RestartStrategy, Retention, Settings
+from pipelines.stages import declare_uses
 
 
 def _ms(value: int) -> str:
@@ -43,6 +44,18 @@ def _flink_map(entries: dict[str, str]) -> str:
     takes no `:` or `,` inside an entry), and pipelines.jobmanager decodes them."""
     return ",".join(f"{k}:{quote(v, safe='')}" for k, v in entries.items())
 
+
+# A local mini-cluster's listeners: on loopback, the REST port free-chosen (Flink's
+# defaults bind every interface).
+MINI_CLUSTER_ON_LOOPBACK = {
+    "rest.bind-port": "0",
+    "rest.address": "127.0.0.1",
+    "rest.bind-address": "127.0.0.1",
+    "jobmanager.bind-host": "127.0.0.1",
+    "taskmanager.bind-host": "127.0.0.1",
+    "jobmanager.rpc.address": "127.0.0.1",
+    "taskmanager.host": "127.0.0.1",
+}
 
 FLINK_DEFAULT_BUNDLE_SIZE = 1000
 
@@ -157,4 +170,5 @@ def create_environment(
     # get_execution_environment(conf) on a running client context (flink run) keeps the
     # cluster's settings; configure() applies ours on top in both cases.
     env.configure(conf)
+    declare_uses(env, uses)  # the one declaration: the source sizes its polls by it
     return env

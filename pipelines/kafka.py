@@ -172,13 +172,13 @@ def build_sink(
     return set_java_record_serializer(_sink_builder(settings, id_suffix), serializer).build()
 
 
-def build_raw_sink(settings: Settings):
-    """A KafkaSink of the source's rows, written back as they were read: key, value,
-    headers and timestamp byte for byte (pipelines.flink.RawRecordSerializer), all in the
-    JVM."""
+def build_raw_sink(settings: Settings, topic: str | None = None, id_suffix: str = ""):
+    """A KafkaSink of the source's rows to `topic` (the configured sink topic by default),
+    written back as they were read: key, value, headers and timestamp byte for byte
+    (pipelines.flink.RawRecordSerializer), all in the JVM."""
     from pyflink.java_gateway import get_gateway
 
     from pipelines.flink_compat import set_java_record_serializer
 
-    serializer = get_gateway().jvm.pipelines.flink.RawRecordSerializer(settings.sink.topic)
-    return set_java_record_serializer(_sink_builder(settings, ""), serializer).build()
+    serializer = get_gateway().jvm.pipelines.flink.RawRecordSerializer(topic or settings.sink.topic)
+    return set_java_record_serializer(_sink_builder(settings, id_suffix), serializer).build()

@@ -277,8 +277,10 @@ def make_parse_function(
     extra_required: dict[str, FieldType] | None = None,
     carry_metadata: bool = False,
     max_future_skew: int | None = None,
+    stage: str = "parse",
 ):
-    """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output.
+    """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output
+    (each dead letter names `stage`, so a job that parses twice tells its parses apart).
     With `carry_metadata` a record's text is prefixed with its Kafka key, headers and
     timestamp (pipelines.lines.with_meta) for the sink.
 
@@ -298,7 +300,7 @@ def make_parse_function(
         def open(self, runtime_context):
             self.seen = 0
             self.subtask = runtime_context.get_index_of_this_subtask()
-            self.budget = ErrorBudget(error_settings, "parse")
+            self.budget = ErrorBudget(error_settings, stage)
             self.dead = 0
             runtime_context.get_metrics_group().gauge("deadLetters", lambda: self.dead)
 
@@ -327,7 +329,7 @@ def make_parse_function(
                 record = None
             if record is None:
                 self.dead += 1
-                return dead_letter(row, reason, job, dead_letter_max_bytes)
+                return dead_letter(row, reason, job, dead_letter_max_bytes, stage)
             self.budget.ok()
             good.append(text)
             return None

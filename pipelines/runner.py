@@ -27,6 +27,7 @@ from pipelines.jars import JarError
 from pipelines.preflight import has_errors, run_preflight
 from pipelines.processes import ProcessGroups
 from pipelines.settings import ConfigError, Loaded, SecretMask, load_settings
+from pipelines.stages import StageError
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,7 @@ def guarded(action: Callable[[], int], mask: SecretMask | None = None) -> int:
 
     try:
         return action()
-    except (ConfigError, JarError, Failure, BrokerUnreachable, JobManagerError) as exc:
+    except (ConfigError, JarError, Failure, BrokerUnreachable, JobManagerError, StageError) as exc:
         print(mask_text(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KafkaException as exc:  # a Kafka call failed after the broker was reached
@@ -474,17 +475,15 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     loaded = prepare(job, args)
     state["settings"] = loaded.settings
     module = load_job(job)
-    from pipelines.environment import create_environment, transactional_identity
+    from pipelines.environment import (
+        MINI_CLUSTER_ON_LOOPBACK,
+        create_environment,
+        transactional_identity,
+    )
     from pipelines.flink_compat import mini_cluster_rest_url
 
     extra = {
-        "rest.bind-port": "0",
-        "rest.address": "127.0.0.1",
-        "rest.bind-address": "127.0.0.1",
-        "jobmanager.bind-host": "127.0.0.1",
-        "taskmanager.bind-host": "127.0.0.1",
-        "jobmanager.rpc.address": "127.0.0.1",
-        "taskmanager.host": "127.0.0.1",
+        **MINI_CLUSTER_ON_LOOPBACK,
         "metrics.fetcher.update-interval": "2 s",
         **(extra_conf or {}),
     }

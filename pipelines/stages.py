@@ -1,25 +1,169 @@
 """The named stages every job is built from, so a job file reads as its pipeline:
 
     raw = stages.kafka_source(env, settings)
-    parsed, bad = stages.parse(raw, settings)
+    parsed, bad = stages.parse_for_enrichment(raw, settings)
     enriched, failed = stages.enrich(parsed, settings, lookup_client)
     stages.kafka_sink(enriched, settings)
     stages.dead_letter_sink(settings, bad, failed)
 
 Each builder names its operators and gives them stable uids (a savepoint maps state by
-uid, so renaming one is a breaking change for running jobs).
+uid, so renaming one is a breaking change for running jobs). Every builder takes a `name`:
+the defaults are the uids running jobs already have; a second use of a stage in one job
+takes another name, and each sink a topic and a transactional-id suffix of its own. Two
+operators with one uid, or two exactly-once sinks with one transactional-id prefix, are an
+error when the job is built.
+
+A stream's shape is its type. The source gives `Rows`; sinks and JVM stages take
+`Records` (one JSON text record per element); the batched Python stages give `Batches`
+(each element one string of JSON lines, pipelines.lines). Handing a stage the wrong shape
+is a StageError when the job is built, naming the call that fixes it; the Flink
+DataStream is `.stream`, and `.derive(stream)` wraps an operator of your own in the same
+shape.
 
 The batch contract. Records cross from the JVM into Python in batches and come back as
 one element per batch: PyFlink's cost is per element, so a batch of 500 pays it once.
 `batch_records` (Java RecordBatcher) turns rows into lists of rows; a batched Python stage
-answers each list with ONE string, its records as lines (the line format is
-pipelines.lines). `records(batches)` (Java SplitLines) turns such a stream back into one
-element per record, in the JVM.
+answers each list with ONE string, its records as lines (pipelines.lines).
+`records(batches)` (Java SplitLines) turns such a stream back into one element per
+record, in the JVM.
 """
 
 from __future__ import annotations
 
-from pipelines.settings import ConfigError, FieldType, Settings
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pipelines.enrichment import apply_enrichment
+from pipelines.flink_compat import split_lines as split_in_jvm
+from pipelines.flink_compat import window_counts_in_jvm
+from pipelines.kafka import build_raw_sink, build_sink, build_source, origin_type_info
+from pipelines.lookups import ClientFactory
+from pipelines.parse import make_parse_function
+from pipelines.settings import (
+    ConfigError,
+    DeliveryGuarantee,
+    EnrichmentOperator,
+    FieldType,
+    Settings,
+)
+from pipelines.watermarks import watermark_strategy
+
+if TYPE_CHECKING:
+    from pyflink.datastream import DataStream, StreamExecutionEnvironment
+
+__all__ = [
+    "Batches",
+    "Records",
+    "Rows",
+    "StageError",
+    "batch_records",
+    "dead_letter_sink",
+    "declare_uses",
+    "enrich",
+    "kafka_sink",
+    "kafka_source",
+    "late_record_sink",
+    "parse",
+    "parse_for_enrichment",
+    "raw_kafka_sink",
+    "records",
+    "require",
+    "window_counts",
+]
+
+
+class StageError(TypeError):
+    """A job built wrongly (a stream of the wrong shape, a uid or transactional-id prefix
+    used twice): raised while `build` runs, before anything starts; says what to call."""
+
+
+@dataclass
+class JobGraph:
+    """What the stages of one environment have claimed, so that a second use of a name
+    fails while the job is built (Flink would refuse a duplicate uid only at submission,
+    and two exactly-once sinks sharing a prefix only fence each other at run time)."""
+
+    uses: tuple[str, ...] = ()
+    uids: set[str] = field(default_factory=set)
+    transactional_ids: dict[str, str] = field(default_factory=dict)
+
+    def claim(self, uid: str) -> str:
+        if uid in self.uids:
+            raise StageError(
+                f"two operators with uid {uid!r}: pass another name= to the second stage "
+                f"(a savepoint maps state by uid, so each must be unique)"
+            )
+        self.uids.add(uid)
+        return uid
+
+    def claim_transactional_id(self, prefix: str, sink: str) -> None:
+        other = self.transactional_ids.get(prefix)
+        if other is not None:
+            raise StageError(
+                f"sinks {other!r} and {sink!r} share the transactional-id prefix {prefix!r}: "
+                f"give one another id_suffix= (exactly-once sinks sharing one fence each other)"
+            )
+        self.transactional_ids[prefix] = sink
+
+
+_GRAPHS: weakref.WeakKeyDictionary[Any, JobGraph] = weakref.WeakKeyDictionary()
+
+
+def _graph(env: StreamExecutionEnvironment) -> JobGraph:
+    return _GRAPHS.setdefault(env, JobGraph())
+
+
+def declare_uses(env: StreamExecutionEnvironment, uses: tuple[str, ...] | list[str]) -> None:
+    """The external services the job's module declares (its USES), recorded once where the
+    environment is made (pipelines.environment) and read by the stages that size by them."""
+    _graph(env).uses = tuple(uses)
+
+
+@dataclass(frozen=True)
+class _Shaped:
+    """A DataStream of a known shape, with the job graph it belongs to."""
+
+    stream: DataStream
+    graph: JobGraph
+
+    shape = "a stream"
+
+    def derive(self: S, stream: DataStream) -> S:
+        """Your own operator's output, in this shape (name and uid it yourself)."""
+        return type(self)(stream, self.graph)
+
+
+S = TypeVar("S", bound=_Shaped)
+
+
+class Rows(_Shaped):
+    """Kafka source rows (topic, partition, offset, timestamp, key, value, headers)."""
+
+    shape = "Rows (the Kafka source's rows)"
+
+
+class Batches(_Shaped):
+    """Each element one string of JSON lines: a batched Python stage's answer."""
+
+    shape = "Batches (each element a batch of JSON lines)"
+
+
+class Records(_Shaped):
+    """One JSON text record per element."""
+
+    shape = "Records (one JSON text record per element)"
+
+
+def _expect(value: object, wanted: type[_Shaped], stage: str, fix: str) -> None:
+    if isinstance(value, wanted):
+        return
+    got = value.shape if isinstance(value, _Shaped) else f"a {type(value).__name__}"
+    raise StageError(f"{stage} takes {wanted.shape}, got {got}: {fix}")
+
+
+_FIX_RECORDS = "pass it through stages.records(...) first"
+_FIX_ROWS = "give it the stream stages.kafka_source(env, settings) returned"
 
 
 def require(settings: Settings, key: str, why: str, when: str | None = None) -> None:
@@ -35,87 +179,126 @@ def require(settings: Settings, key: str, why: str, when: str | None = None) -> 
 # ------------------------------------------------------------------ Kafka in and out
 
 
-def kafka_source(env, settings: Settings, uses: tuple[str, ...] = ()):
-    """The configured Kafka source: rows (topic, partition, offset, timestamp, key, value),
-    raw bytes, no watermarks yet. `uses` is the job's USES (lookups size its polls)."""
+def kafka_source(
+    env: StreamExecutionEnvironment, settings: Settings, *, name: str = "kafka-source"
+) -> Rows:
+    """The configured Kafka source: raw bytes, no watermarks yet. Its polls are sized by
+    the job's USES, as the environment recorded them (`declare_uses`)."""
     from pyflink.common import WatermarkStrategy
 
-    from pipelines.kafka import build_source, origin_type_info
-
-    return env.from_source(
-        build_source(settings, uses),
+    graph = _graph(env)
+    stream = env.from_source(
+        build_source(settings, graph.uses),
         WatermarkStrategy.no_watermarks(),
-        "kafka-source",
+        name,
         type_info=origin_type_info(),
-    ).uid("kafka-source")
+    ).uid(graph.claim(name))
+    return Rows(stream, graph)
 
 
-def kafka_sink(records, settings: Settings, key_field: str | None = None) -> None:
-    """JSON text records to the sink topic, with the configured delivery guarantee; each
-    keeps its input record's key, headers and timestamp where parse carried them, or takes
-    its key from `key_field` (else `sink.key_field`)."""
-    from pipelines.kafka import build_sink
-
-    (
-        records.sink_to(build_sink(settings, key_field=key_field))
-        .name("kafka-sink")
-        .uid("kafka-sink")
-    )
+def _sink_identity(graph: JobGraph, settings: Settings, name: str, id_suffix: str) -> None:
+    graph.claim(name)
+    if settings.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
+        graph.claim_transactional_id(f"{settings.sink.transactional_id_prefix}{id_suffix}", name)
 
 
-def raw_kafka_sink(rows, settings: Settings) -> None:
-    """Source rows to the sink topic byte for byte (key, value, headers, timestamp), in the
-    JVM."""
-    from pipelines.kafka import build_raw_sink
+def kafka_sink(
+    records: Records,
+    settings: Settings,
+    key_field: str | None = None,
+    *,
+    name: str = "kafka-sink",
+    topic: str | None = None,
+    id_suffix: str | None = None,
+) -> None:
+    """JSON text records to `topic` (default `sink.topic`), with the configured delivery
+    guarantee; each keeps its input record's key, headers and timestamp where parse carried
+    them, or takes its key from `key_field` (else `sink.key_field`). A sink named other
+    than the default takes `-<name>` as its transactional-id suffix unless given one."""
+    _expect(records, Records, "kafka_sink", _FIX_RECORDS)
+    suffix = id_suffix if id_suffix is not None else ("" if name == "kafka-sink" else f"-{name}")
+    _sink_identity(records.graph, settings, name, suffix)
+    sink = build_sink(settings, topic, id_suffix=suffix, key_field=key_field)
+    records.stream.sink_to(sink).name(name).uid(name)
 
-    rows.sink_to(build_raw_sink(settings)).name("kafka-sink").uid("kafka-sink")
+
+def raw_kafka_sink(
+    rows: Rows,
+    settings: Settings,
+    *,
+    name: str = "kafka-sink",
+    topic: str | None = None,
+    id_suffix: str = "",
+) -> None:
+    """Source rows to `topic` (default `sink.topic`) byte for byte (key, value, headers,
+    timestamp), in the JVM."""
+    _expect(rows, Rows, "raw_kafka_sink", _FIX_ROWS)
+    _sink_identity(rows.graph, settings, name, id_suffix)
+    sink = build_raw_sink(settings, topic, id_suffix=id_suffix)
+    rows.stream.sink_to(sink).name(name).uid(name)
 
 
-def dead_letter_sink(settings: Settings, *streams) -> None:
-    """Every stage's dead letters to `sink.dead_letter_topic` (its own transactional ids)."""
-    from pipelines.kafka import build_sink
+def dead_letter_sink(
+    settings: Settings,
+    *streams: Records,
+    name: str = "dead-letter-sink",
+    topic: str | None = None,
+    id_suffix: str = "-dlq",
+) -> None:
+    """Every stage's dead letters to `topic` (default `sink.dead_letter_topic`), with its
+    own transactional ids."""
+    if not streams:
+        raise StageError("dead_letter_sink needs at least one stream of dead letters")
+    for stream in streams:
+        _expect(stream, Records, "dead_letter_sink", "hand it the dead letters a stage returned")
+    first, rest = streams[0], streams[1:]
+    dead = first.stream.union(*(s.stream for s in rest)) if rest else first.stream
+    _sink_identity(first.graph, settings, name, id_suffix)
+    sink = build_sink(settings, topic or settings.sink.dead_letter_topic, id_suffix=id_suffix)
+    dead.sink_to(sink).name(name).uid(name)
 
-    dead = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]
-    (
-        dead.sink_to(build_sink(settings, settings.sink.dead_letter_topic, id_suffix="-dlq"))
-        .name("dead-letter-sink")
-        .uid("dead-letter-sink")
-    )
 
-
-def late_record_sink(late, settings: Settings) -> None:
-    from pipelines.kafka import build_sink
-
-    (
-        late.sink_to(build_sink(settings, settings.window.late_topic, id_suffix="-late"))
-        .name("late-sink")
-        .uid("late-sink")
-    )
+def late_record_sink(
+    late: Records,
+    settings: Settings,
+    *,
+    name: str = "late-sink",
+    topic: str | None = None,
+    id_suffix: str = "-late",
+) -> None:
+    """Records later than their window's allowed lateness to `topic` (default
+    `window.late_topic`)."""
+    _expect(late, Records, "late_record_sink", "hand it the late records window_counts returned")
+    _sink_identity(late.graph, settings, name, id_suffix)
+    sink = build_sink(settings, topic or settings.window.late_topic, id_suffix=id_suffix)
+    late.stream.sink_to(sink).name(name).uid(name)
 
 
 # ------------------------------------------------------------------ Python stages
 
 
-def batch_records(stream, size: int, delay_ms: int):
+def batch_records(rows: Rows, size: int, delay_ms: int, *, name: str = "batch") -> Rows:
     """Insert the Java RecordBatcher (jars/src): rows -> lists of up to `size` rows, flushed
     after `delay_ms`, before every checkpoint barrier (so exactly-once is untouched) and
-    before every watermark (so no record is made late by waiting in a batch)."""
+    before every watermark (so no record is made late by waiting in a batch). The result
+    feeds a batched Python stage only."""
     from pyflink.java_gateway import get_gateway
 
     from pipelines.flink_compat import java_stream, python_stream
 
     batcher = get_gateway().jvm.pipelines.flink.RecordBatcher
-    j_stream = java_stream(stream)
+    j_stream = java_stream(rows.stream)
     j_batched = j_stream.transform(
         "batch", batcher.outputType(j_stream.getType()), batcher(size, delay_ms)
     )
-    return python_stream(j_batched)
+    return rows.derive(python_stream(j_batched).name(name).uid(rows.graph.claim(name)))
 
 
 def parse(
-    raw,
+    raw: Rows,
     settings: Settings,
     *,
+    name: str = "parse",
     batch_size: int | None = None,
     batch_delay: int | None = None,
     per_record: bool = False,
@@ -123,20 +306,21 @@ def parse(
     trace_timing: bool = False,
     extra_required: dict[str, FieldType] | None = None,
     carry_metadata: bool = True,
-):
+) -> tuple[Batches | Records, Records]:
     """Kafka rows -> valid JSON records, and dead letters (pipelines.parse). Returns
     (parsed, dead letters). With `carry_metadata` each record line carries its Kafka key,
-    headers and timestamp to the sink (`with_meta`); turn it off when the records go to JVM
-    stages that read the JSON (window counts).
+    headers and timestamp to the sink (`lines.with_meta`); turn it off when the records go
+    to JVM stages that read the JSON (window counts).
 
-    By default in batches (`python.batch_size`/`batch_delay` unless given): `parsed` holds
-    batches (see the batch contract above); `records(parsed)` gives one record per
-    element, or hand the batches straight to `enrich`. `per_record` parses one element per
-    record, for the comparison operators only."""
+    By default in batches (`python.batch_size`/`batch_delay` unless given): `parsed` is
+    Batches; `records(parsed)` gives Records, or hand the batches straight to `enrich`.
+    `per_record` parses one element per record (Records), for the comparison operators.
+    The operators' uids derive from `name` (`batch`, `parse`, `parse-dead-letters` for the
+    default), and its dead letters name it as their stage."""
     from pyflink.common import Types
 
-    from pipelines.parse import make_parse_function
-
+    _expect(raw, Rows, "parse", _FIX_ROWS)
+    graph = raw.graph
     parse_fn, dead_letters_tag = make_parse_function(
         settings.parse,
         settings.faults,
@@ -149,72 +333,103 @@ def parse(
         extra_required=extra_required,
         dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
         carry_metadata=carry_metadata,
+        stage=name,
     )
+    rows = raw
     if not per_record:
-        raw = (
-            batch_records(
-                raw,
-                batch_size or settings.python.batch_size,
-                settings.python.batch_delay if batch_delay is None else batch_delay,
-            )
-            .name("batch")
-            .uid("batch")
+        rows = batch_records(
+            raw,
+            batch_size or settings.python.batch_size,
+            settings.python.batch_delay if batch_delay is None else batch_delay,
+            name="batch" if name == "parse" else f"{name}-batch",
         )
-    parsed = raw.process(parse_fn, output_type=Types.STRING()).name("parse").uid("parse")
+    parsed = rows.stream.process(parse_fn, output_type=Types.STRING())
+    parsed = parsed.name(name).uid(graph.claim(name))
     # PyFlink's get_side_output adds an identity map of its own: named and given a uid here,
     # so that every operator of a job keeps its identity across savepoints.
-    dead = parsed.get_side_output(dead_letters_tag).name("parse-dead-letters")
-    return parsed, dead.uid("parse-dead-letters")
+    dead_name = f"{name}-dead-letters"
+    dead = parsed.get_side_output(dead_letters_tag).name(dead_name).uid(graph.claim(dead_name))
+    shaped = Records(parsed, graph) if per_record else Batches(parsed, graph)
+    return shaped, Records(dead, graph)
 
 
-def parse_for_enrichment(raw, settings: Settings):
+def parse_for_enrichment(
+    raw: Rows, settings: Settings, *, name: str = "parse"
+) -> tuple[Batches | Records, Records]:
     """`parse` shaped for the enrichment stage: batches of `enrichment.batch_size` for the
     batched operator, single records for the per-record comparison operators."""
-    from pipelines.settings import EnrichmentOperator
-
     cfg = settings.enrichment
     if cfg.operator is EnrichmentOperator.BATCHED:
         return parse(
             raw,
             settings,
+            name=name,
             batch_size=cfg.effective_batch_size(),
             batch_delay=cfg.batch_delay,
             trace_timing=cfg.trace_timing,
         )
-    return parse(raw, settings, per_record=True, trace_timing=cfg.trace_timing)
+    return parse(raw, settings, name=name, per_record=True, trace_timing=cfg.trace_timing)
 
 
-def records(batches, name: str = "records"):
+def records(batches: Batches, name: str = "records") -> Records:
     """Batches of JSON lines -> one element per record (pipelines.flink.SplitLines)."""
-    from pipelines.flink_compat import split_lines as split_in_jvm
+    if isinstance(batches, Records):
+        raise StageError("records(...) takes Batches, got Records: they are records already")
+    _expect(batches, Batches, "records", "hand it what a batched stage (parse) returned")
+    stream = split_in_jvm(batches.stream, keep_marked=False).name(name)
+    return Records(stream.uid(batches.graph.claim(name)), batches.graph)
 
-    return split_in_jvm(batches, keep_marked=False).name(name).uid(name)
 
-
-def enrich(parsed, settings: Settings, client_factory):
+def enrich(
+    parsed: Batches | Records,
+    settings: Settings,
+    client_factory: ClientFactory,
+    *,
+    name: str = "enrich",
+) -> tuple[Records, Records]:
     """The async enrichment stage (pipelines.enrichment) over what `parse_for_enrichment`
-    produced, looking records up with `client_factory(settings)` (pipelines.lookups).
-    Returns (enriched records, dead letters)."""
-    from pipelines.enrichment import apply_enrichment
+    produced (Batches for the batched operator, Records for the per-record ones), looking
+    records up with `client_factory(settings)` (pipelines.lookups). Returns (enriched
+    records, dead letters); uids `enrich`, `enriched`, `enrich-dead-letters` by default,
+    else `<name>`, `<name>-records`, `<name>-dead-letters`."""
+    batched = settings.enrichment.operator is EnrichmentOperator.BATCHED
+    wanted = Batches if batched else Records
+    _expect(
+        parsed,
+        wanted,
+        f"enrich (enrichment.operator: {settings.enrichment.operator.value})",
+        "build its input with stages.parse_for_enrichment(raw, settings)",
+    )
+    graph = parsed.graph
+    uids = (
+        ("enrich", "enriched", "enrich-dead-letters")
+        if name == "enrich"
+        else (name, f"{name}-records", f"{name}-dead-letters")
+    )
+    out, dead = apply_enrichment(
+        parsed.stream, settings, client_factory, uids=tuple(graph.claim(u) for u in uids)
+    )
+    return Records(out, graph), Records(dead, graph)
 
-    return apply_enrichment(parsed, settings, client_factory)
 
-
-def window_counts(parsed_records, settings: Settings):
+def window_counts(
+    parsed_records: Records, settings: Settings, *, name: str = "window"
+) -> tuple[Records, Records]:
     """Event time with watermarks (idleness from config), key, tumbling window, count, all
-    in the JVM. Returns (counts, late records)."""
-    from pipelines.flink_compat import window_counts_in_jvm
-    from pipelines.watermarks import watermark_strategy
-
+    in the JVM. Returns (counts, late records); uids `event-time`, `count-per-window`,
+    `late-record` by default, else prefixed with `<name>-`."""
+    _expect(parsed_records, Records, "window_counts", _FIX_RECORDS)
+    graph = parsed_records.graph
     win, wm = settings.window, settings.watermarks
     timed, counts, late = window_counts_in_jvm(
-        parsed_records,
+        parsed_records.stream,
         watermark_strategy(wm),
         win.key_field,
         wm.event_time_field,
         win.size,
         win.allowed_lateness,
     )
-    timed.name("event-time").uid("event-time")
-    counts.name("count-per-window").uid("count-per-window")
-    return counts, late.name("late-record").uid("late-record")
+    prefix = "" if name == "window" else f"{name}-"
+    for stream, uid in ((timed, "event-time"), (counts, "count-per-window"), (late, "late-record")):
+        stream.name(f"{prefix}{uid}").uid(graph.claim(f"{prefix}{uid}"))
+    return Records(counts, graph), Records(late, graph)

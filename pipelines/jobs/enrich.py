@@ -29,7 +29,7 @@ def build(env, settings: Settings) -> None:
         "sink.dead_letter_topic",
         "malformed records must go somewhere, never silently dropped",
     )
-    raw = stages.kafka_source(env, settings, USES)
+    raw = stages.kafka_source(env, settings)
     parsed, bad_records = stages.parse_for_enrichment(raw, settings)
     enriched, failed_lookups = stages.enrich(parsed, settings, lookup_client)
     stages.kafka_sink(enriched, settings)

@@ -1,0 +1,1 @@
+"""Jobs the integration tests build from the stages, beside the project's own."""

@@ -1,0 +1,147 @@
+"""The stages compose, and refuse what would build a wrong job, while `build` runs: a stream
+of the wrong shape, a uid used twice, two exactly-once sinks sharing a transactional-id
+prefix. Built on PyFlink's gateway (no job runs); the graphs are Flink's StreamGraph."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from pipelines import stages
+from pipelines.environment import create_environment
+from pipelines.jobs.enrich import lookup_client
+from pipelines.kafka import source_properties
+from pipelines.settings import FieldType, load_settings
+
+pytestmark = pytest.mark.unit
+
+
+def settings_for(job: str, *sets: str):
+    return load_settings(job, overrides=["sink.dead_letter_topic=dlq", *sets], environ={}).settings
+
+
+def uids(env) -> list[str]:
+    graph = env._generate_stream_graph(clear_transformations=True)
+    return sorted(n.getTransformationUID() for n in graph.getStreamNodes().toArray())
+
+
+def test_the_module_docstring_example_builds_the_enrich_job(flink_env):
+    settings = settings_for("enrich")
+    env = create_environment(settings)
+    example = textwrap.dedent(stages.__doc__.split("\n\n")[1])
+    exec(
+        example,
+        {"stages": stages, "env": env, "settings": settings, "lookup_client": lookup_client},
+    )  # noqa: S102
+    assert {"kafka-source", "parse", "enrich", "kafka-sink", "dead-letter-sink"} <= set(uids(env))
+
+
+def test_parse_twice_and_two_exactly_once_sinks_build_with_their_own_names(flink_env):
+    settings = settings_for("passthrough", "parse.validate_records=true")
+    env = create_environment(settings)
+    raw = stages.kafka_source(env, settings)
+    parsed, bad = stages.parse(raw, settings)
+    strict, strict_bad = stages.parse(
+        raw, settings, name="parse-strict", extra_required={"id": FieldType.INTEGER}
+    )
+    stages.kafka_sink(stages.records(parsed), settings)
+    stages.kafka_sink(
+        stages.records(strict, name="strict-records"), settings, name="strict-sink", topic="strict"
+    )
+    stages.dead_letter_sink(settings, bad, strict_bad)
+    found = uids(env)
+    assert len(found) == len(set(found))
+    assert {
+        "parse-strict",
+        "parse-strict-batch",
+        "parse-strict-dead-letters",
+        "strict-records",
+    } <= set(found)
+    assert {"strict-sink", "Sink Committer: strict-sink", "kafka-sink"} <= set(found)
+
+
+def test_a_batch_stream_handed_to_a_sink_names_the_call_that_fixes_it(flink_env):
+    settings = settings_for("passthrough")
+    env = create_environment(settings)
+    parsed, _ = stages.parse(stages.kafka_source(env, settings), settings)
+    with pytest.raises(stages.StageError) as raised:
+        stages.kafka_sink(parsed, settings)
+    assert str(raised.value) == (
+        "kafka_sink takes Records (one JSON text record per element), got Batches (each "
+        "element a batch of JSON lines): pass it through stages.records(...) first"
+    )
+
+
+def test_records_of_records_and_rows_to_a_sink_are_refused(flink_env):
+    settings = settings_for("passthrough")
+    env = create_environment(settings)
+    raw = stages.kafka_source(env, settings)
+    per_record, _ = stages.parse(raw, settings, name="p1", per_record=True)
+    with pytest.raises(stages.StageError, match=r"records\(...\) takes Batches, got Records"):
+        stages.records(per_record)
+    with pytest.raises(stages.StageError, match=r"kafka_sink takes Records .*, got Rows"):
+        stages.kafka_sink(raw, settings)
+    with pytest.raises(stages.StageError, match=r"parse takes Rows .*, got a DataStream"):
+        stages.parse(raw.stream, settings)
+
+
+def test_enrich_is_handed_the_shape_its_operator_needs(flink_env):
+    settings = settings_for("enrich")  # the batched operator
+    env = create_environment(settings)
+    per_record, _ = stages.parse(stages.kafka_source(env, settings), settings, per_record=True)
+    with pytest.raises(stages.StageError) as raised:
+        stages.enrich(per_record, settings, lookup_client)
+    assert str(raised.value).startswith(
+        "enrich (enrichment.operator: batched) takes Batches (each element a batch of JSON "
+        "lines), got Records"
+    )
+    assert str(raised.value).endswith("stages.parse_for_enrichment(raw, settings)")
+
+
+def test_a_stage_used_twice_under_one_name_is_refused(flink_env):
+    settings = settings_for("passthrough")
+    env = create_environment(settings)
+    raw = stages.kafka_source(env, settings)
+    stages.parse(raw, settings)
+    with pytest.raises(
+        stages.StageError, match=r"two operators with uid 'batch': pass another name="
+    ):
+        stages.parse(raw, settings)
+
+
+def test_two_exactly_once_sinks_sharing_a_prefix_are_refused(flink_env):
+    settings = settings_for("passthrough")
+    env = create_environment(settings)
+    parsed, _ = stages.parse(stages.kafka_source(env, settings), settings)
+    out = stages.records(parsed)
+    stages.kafka_sink(out, settings, name="a", id_suffix="-x")
+    with pytest.raises(stages.StageError) as raised:
+        stages.kafka_sink(out, settings, name="b", id_suffix="-x", topic="other")
+    prefix = f"{settings.sink.transactional_id_prefix}-x"
+    assert str(raised.value) == (
+        f"sinks 'a' and 'b' share the transactional-id prefix {prefix!r}: give one another "
+        f"id_suffix= (exactly-once sinks sharing one fence each other)"
+    )
+
+
+def test_at_least_once_sinks_need_no_prefix_of_their_own(flink_env):
+    settings = settings_for("passthrough", "sink.delivery=at-least-once")
+    env = create_environment(settings)
+    parsed, _ = stages.parse(stages.kafka_source(env, settings), settings)
+    out = stages.records(parsed)
+    stages.kafka_sink(out, settings, name="a", id_suffix="")
+    stages.kafka_sink(out, settings, name="b", id_suffix="", topic="other")
+    assert {"a", "b"} <= set(uids(env))
+
+
+def test_the_source_is_sized_by_the_uses_the_environment_declared(flink_env, monkeypatch):
+    settings = settings_for("enrich", "enrichment.capacity=37")
+    seen = []
+    real = stages.build_source
+    monkeypatch.setattr(stages, "build_source", lambda s, uses: seen.append(uses) or real(s, uses))
+    for uses in ((), ("enrichment",)):
+        stages.kafka_source(create_environment(settings, uses=uses), settings)
+    assert seen == [(), ("enrichment",)]
+    assert source_properties(settings, seen[1])["max.poll.records"] == "37"
+    assert source_properties(settings, seen[0])["max.poll.records"] != "37"
