@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 from pipelines import jobs
+from pipelines.errors import Failure, guarded
+from pipelines.loading import job_arguments, load, load_job, prepare
 from pipelines.logs import install_cli_handler
-from pipelines.runner import Failure, guarded, job_arguments, load, load_job, prepare, run_local
+from pipelines.runner import run_local
 from pipelines.settings import SecretMask, effective_view
 
 
@@ -167,7 +169,7 @@ def main(
     private_files()
     install_cli_handler()
     args = (parser or build_parser()).parse_args(argv)
-    args.mask = SecretMask()  # learns each config's secrets as it is loaded (runner.load)
+    args.mask = SecretMask()  # learns each config's secrets as it is loaded (loading.load)
     handler = (handlers or HANDLERS)[args.command]
     try:
         code = guarded(lambda: handler(args), args.mask)

@@ -41,5 +41,5 @@ def local_state(*parts: str) -> Path:
 
 
 def worker_log(job: str) -> Path:
-    """Where a local run's Python worker output goes (see runner.WorkerOutput)."""
+    """Where a local run's Python worker output goes (see worker_output.WorkerOutput)."""
     return local_state("logs", f"{job}-python-worker.log")

@@ -17,10 +17,13 @@ import threading
 import time
 from pathlib import Path
 
+from pipelines.errors import Failure
+from pipelines.loading import load, preflight_job
 from pipelines.paths import local_state
 from pipelines.processes import ProcessGroups
-from pipelines.runner import Failure, StopRequested, StopSignals, load
 from pipelines.settings import BeamRunner, ConfigError, Settings
+from pipelines.stopping import StopRequested, StopSignals
+from pipelines.worker_output import WorkerOutput
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,6 @@ def _offsets(settings: Settings) -> tuple[dict, dict]:
 
 
 def preflight(settings: Settings, module, skip: bool) -> None:
-    from pipelines.runner import preflight_job
 
     if skip:
         return
@@ -197,7 +199,6 @@ def run(name: str, args) -> int:
     import sys
 
     from pipelines.loopback import BEAM_WORKER_POOL, bind_grpc_to_loopback
-    from pipelines.runner import WorkerOutput
 
     module = load_beam_job(name)
     bind_grpc_to_loopback(BEAM_WORKER_POOL)  # Beam's LOOPBACK pool binds [::] otherwise

@@ -13,8 +13,9 @@ import re
 import sys
 
 from pipelines import cli
+from pipelines.errors import Failure
+from pipelines.loading import load, prepare
 from pipelines.processes import ProcessGroups
-from pipelines.runner import Failure, load, prepare
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,7 +141,7 @@ def _submit(args) -> int:
     from pipelines.flink_run import flink_binary
     from pipelines.jobmanager import JobManager, refuse_second_copy
     from pipelines.paths import local_state, state_root
-    from pipelines.runner import StopSignals
+    from pipelines.stopping import StopSignals
     from pipelines.templates import package_job
 
     local = Cluster()

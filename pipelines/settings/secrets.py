@@ -2,7 +2,7 @@
 load time, and masking in everything printed.
 
 No process-wide registry: whoever prints on behalf of a loaded config holds a SecretMask
-that has learned that config's secrets (runner.guarded does, for every error line).
+that has learned that config's secrets (errors.guarded does, for every error line).
 """
 
 from __future__ import annotations

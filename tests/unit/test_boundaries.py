@@ -114,6 +114,17 @@ def test_no_import_cycles_among_the_projects_modules():
     assert cycles(import_graph(ROOT / "pipelines")) == []
 
 
+def test_the_beam_runner_does_not_reach_the_flink_runner():
+    graph = import_graph(ROOT / "pipelines")
+    reached, todo = set(), ["pipelines.beam.runner"]
+    while todo:
+        for dep in graph[todo.pop()] - reached:
+            reached.add(dep)
+            todo.append(dep)
+    assert "pipelines.runner" not in reached
+    assert {"pipelines.errors", "pipelines.loading", "pipelines.stopping"} <= reached
+
+
 def test_the_cycle_check_sees_a_cycle_through_a_function_level_import(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)

@@ -70,7 +70,7 @@ Exception: ('Error happens inside the class \\'<class \\'pipelines.enrichment.En
 
 
 def test_a_python_worker_error_is_its_exception_without_the_record():
-    from pipelines.runner import explain_python_error
+    from pipelines.errors import explain_python_error
 
     line = explain_python_error(SDK_ERROR)
     assert line == (
@@ -80,7 +80,7 @@ def test_a_python_worker_error_is_its_exception_without_the_record():
 
 
 def test_a_plain_python_traceback_gives_its_last_exception_line():
-    from pipelines.runner import explain_python_error
+    from pipelines.errors import explain_python_error
 
     text = 'Traceback (most recent call last):\n  File "x", line 1\nValueError: bad thing\n'
     assert explain_python_error(text) == "ValueError: bad thing"
@@ -92,7 +92,7 @@ def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off()
     import time
 
     from pipelines.processes import ProcessGroups
-    from pipelines.runner import StopRequested, StopSignals
+    from pipelines.stopping import StopRequested, StopSignals
 
     forced = []
     stops = StopSignals(ProcessGroups(), deadline_s=0.5)
@@ -117,11 +117,11 @@ def test_a_thread_dying_after_a_local_run_writes_to_the_worker_log_not_the_termi
 ):
     import threading
 
-    from pipelines.runner import _to_log
+    from pipelines.worker_output import thread_errors_to
 
     log = tmp_path / "worker.log"
     previous = threading.excepthook
-    threading.excepthook = _to_log(log)
+    threading.excepthook = thread_errors_to(log)
     try:
 
         def dies():

@@ -94,7 +94,7 @@ def test_bundles_and_polls_are_sized_to_lookups_only_where_there_are_lookups(
 ):
     from pipelines import jobs  # noqa: F401
     from pipelines.kafka import source_properties
-    from pipelines.runner import load_job
+    from pipelines.loading import load_job
 
     assert getattr(load_job(job), "USES", ()) == uses
     settings = load_settings(job, environ={}).settings

@@ -1,0 +1,116 @@
+"""A running job's progress line (records in and out, the last checkpoint) and its failures,
+read from the job's REST API."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from pathlib import Path
+
+from pipelines.errors import MAX_ERROR_CHARS, explain_python_error, last_cause
+
+log = logging.getLogger(__name__)
+
+
+class ProgressMonitor:
+    """Records in/out and the last checkpoint, read from the job's REST API."""
+
+    def __init__(self, base_url: str | None, job_id: str, trace_log: Path | None = None):
+        self.base = base_url
+        self.job_id = job_id
+        self.trace_log = trace_log
+        self._last_checkpoints = 0
+        self._failures_seen: set[tuple] = set()
+
+    def failures(self) -> list[str]:
+        """One line for each failure of the job since the last call (each restarts it, the
+        last one ends it), its cause in one line; the full traces go to `trace_log`."""
+        try:
+            doc = self._get(f"/jobs/{self.job_id}/exceptions?maxExceptions=20")
+        except Exception:  # noqa: BLE001 - between states, or gone
+            return []
+        entries = (doc.get("exceptionHistory") or {}).get("entries") or []
+        lines = []
+        for entry in sorted(entries, key=lambda e: e.get("timestamp", 0)):
+            key = (entry.get("timestamp"), entry.get("exceptionName"), entry.get("taskName"))
+            if key in self._failures_seen:
+                continue
+            self._failures_seen.add(key)
+            trace = entry.get("stacktrace") or entry.get("exceptionName") or "?"
+            cause = explain_python_error(trace) or last_cause(trace) or "?"
+            cause = " ".join(cause.split())[:MAX_ERROR_CHARS]
+            where = entry.get("taskName") or "the job"
+            if len(where) > 80:  # a chained task's name lists every operator
+                head, _, subtask = where.rpartition(" (")
+                where = f"{head[:60]} ... ({subtask}" if subtask else where[:80] + " ..."
+            told = ""
+            if self.trace_log is not None:
+                try:
+                    self.trace_log.parent.mkdir(parents=True, exist_ok=True)
+                    with open(self.trace_log, "a", encoding="utf-8") as log:
+                        log.write(f"--- failure #{len(self._failures_seen)} in {where}\n{trace}\n")
+                    told = f"; full trace in {self.trace_log}"
+                except OSError:  # a read-only image: the cause line alone
+                    self.trace_log = None
+            lines.append(f"failure #{len(self._failures_seen)} in {where}: {cause}{told}")
+        return lines
+
+    def _get(self, path: str):
+        if self.base is None:
+            raise LookupError("no REST address")
+        with urllib.request.urlopen(f"{self.base}{path}", timeout=2) as resp:
+            return json.load(resp)
+
+    def completed_checkpoints(self) -> int:
+        try:
+            counts = self._get(f"/jobs/{self.job_id}/checkpoints")["counts"]
+            self._last_checkpoints = counts["completed"]
+        except Exception:  # noqa: BLE001 - the mini-cluster may be gone already
+            pass
+        return self._last_checkpoints
+
+    def line(self) -> str | None:
+        """One line: records in and out, what enrichment and dead letters are doing (so an
+        outage shows), and checkpoints."""
+        from pipelines.flink_compat import metric_totals
+
+        try:
+            vertices = self._get(f"/jobs/{self.job_id}")["vertices"]
+            totals: dict[str, int] = {}
+            for vertex in vertices:
+                base = f"/jobs/{self.job_id}/vertices/{vertex['id']}/subtasks/metrics"
+                for name, value in metric_totals(self._get, base).items():
+                    totals[name] = totals.get(name, 0) + value
+            cps = self._get(f"/jobs/{self.job_id}/checkpoints")
+        except Exception:  # noqa: BLE001 - the job may be between states
+            return None
+        latest = (cps.get("latest") or {}).get("completed") or {}
+        counts = cps.get("counts", {})
+        failed = (cps.get("latest") or {}).get("failed") or {}
+        why_failed = ""
+        if counts.get("failed") and failed.get("failure_message"):
+            why_failed = f" (last: {' '.join(failed['failure_message'].split())[:200]})"
+        self._last_checkpoints = counts.get("completed", self._last_checkpoints)
+        slowest = ((cps.get("summary") or {}).get("end_to_end_duration") or {}).get("max", 0)
+        cp = (
+            f"last checkpoint #{latest['id']} took {latest.get('end_to_end_duration', 0)} ms, "
+            f"slowest {slowest} ms"
+            if latest
+            else "no checkpoint yet"
+        )
+        parts = [f"records in {totals.get('in', 0)}, out {totals.get('out', 0)}"]
+        if "lookups" in totals:
+            parts.append(
+                f"lookups {totals['lookups']} (failed {totals.get('lookupFailures', 0)}, "
+                f"retried {totals.get('retries', 0)}), "
+                f"marked missing {totals.get('markedMissing', 0)}"
+            )
+        if "deadLetters" in totals:
+            parts.append(f"dead letters {totals['deadLetters']}")
+        parts += [
+            cp,
+            f"checkpoints {counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed"
+            f"{why_failed}",
+        ]
+        return " | ".join(parts)
