@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
+from pipelines.environment import checkpoint_dir, savepoint_dir
 from pipelines.settings import ConfigError, Settings
+from pipelines.settings.schema import DeliveryGuarantee
 
 
 def _local_dir(uri: str) -> Path:
@@ -26,8 +28,6 @@ def _local_dir(uri: str) -> Path:
 
 def retained_checkpoints(settings: Settings) -> list[Path]:
     """Complete retained checkpoints of this job, oldest first."""
-    from pipelines.environment import checkpoint_dir
-
     root = _local_dir(checkpoint_dir(settings))
     found = [m.parent for m in root.glob("*/chk-*/_metadata")]
     return sorted(found, key=lambda p: (p.stat().st_mtime, int(p.name.split("-")[1])))
@@ -39,8 +39,6 @@ def restore_points(settings: Settings) -> list[Path]:
     Savepoints count: a job stopped with one finishes, and Flink deletes a finished job's
     checkpoints, so the newest checkpoint left is an earlier run's. Resuming from it
     would re-read input that the later run already wrote, and duplicate it."""
-    from pipelines.environment import savepoint_dir
-
     found = retained_checkpoints(settings)
     try:
         found += [m.parent for m in _local_dir(savepoint_dir(settings)).glob("*/_metadata")]
@@ -60,8 +58,6 @@ def resolve_checkpoint(settings: Settings, wanted: str) -> str:
         return wanted
     found = restore_points(settings)
     if not found:
-        from pipelines.environment import checkpoint_dir, savepoint_dir
-
         raise ConfigError(
             f"--from-checkpoint latest: no retained checkpoint under "
             f"{checkpoint_dir(settings)} and no savepoint under {savepoint_dir(settings)} "
@@ -84,8 +80,6 @@ def transaction_risk(settings: Settings, path: str, now: float | None = None) ->
     checkpoint interval before the checkpoint), and Flink's committer then drops it with a
     warning: the records it held are gone from the output, and the restored offsets are
     past them. Only a local checkpoint's age can be read here (its _metadata)."""
-    from pipelines.settings.schema import DeliveryGuarantee
-
     if settings.sink.delivery is not DeliveryGuarantee.EXACTLY_ONCE:
         return None
     parsed = urlparse(path)

@@ -15,10 +15,18 @@ from pathlib import Path
 
 from pipelines import jobs
 from pipelines.errors import Failure, guarded
+from pipelines.flink_run import flink_binary
+from pipelines.jars import fetch, resolve
+from pipelines.jobmanager import DEFAULT_JOBMANAGER, JobManager
+from pipelines.kafka_clients import local_bootstrap
 from pipelines.loading import job_arguments, load, load_job, prepare
 from pipelines.logs import install_cli_handler
+from pipelines.offsets import OffsetWatcher
+from pipelines.paths import LOCAL_DIR, PROJECT_ROOT
 from pipelines.runner import run_local
 from pipelines.settings import SecretMask, effective_view
+from pipelines.settings.kafka_clients import librdkafka_config
+from pipelines.templates import new_job, package_job
 
 
 def seconds(text: str) -> float:
@@ -143,8 +151,6 @@ def private_files() -> None:
     umask 077, inherited by the JVMs and Python workers. `.local/` itself is 0700."""
     import os
 
-    from pipelines.paths import LOCAL_DIR
-
     os.umask(0o077)
     try:
         if LOCAL_DIR.is_dir():
@@ -187,10 +193,6 @@ def _run(args) -> int:
 
 
 def _package(args) -> int:
-    from pipelines.flink_run import flink_binary
-    from pipelines.paths import PROJECT_ROOT
-    from pipelines.templates import DEFAULT_JOBMANAGER, package_job
-
     args.skip_preflight = True
     loaded = prepare(args.job, args)
     out = Path(args.out) if args.out else PROJECT_ROOT / "dist" / args.job
@@ -214,9 +216,6 @@ def _package(args) -> int:
 
 
 def _new(args) -> int:
-    from pipelines.paths import PROJECT_ROOT
-    from pipelines.templates import new_job
-
     root = Path(args.root).resolve() if args.root else PROJECT_ROOT
     if not (root / "pipelines" / "jobs").is_dir() or not (root / "conf" / "base").is_dir():
         raise Failure(
@@ -234,8 +233,6 @@ def _new(args) -> int:
 
 
 def _doctor(args) -> int:
-    from pipelines.jars import resolve
-
     args.skip_preflight = False
     args.from_checkpoint = None
     prepare(args.job, args)
@@ -255,20 +252,13 @@ def _config(args) -> int:
 
 
 def _jars(args) -> int:
-    from pipelines.jars import fetch
-
     fetch()
     return 0
 
 
 def _offsets(args) -> int:
-    from pipelines.kafka_clients import local_bootstrap
-    from pipelines.offsets import OffsetWatcher
-
     broker, group, topics = args.bootstrap or local_bootstrap(), args.group, args.topic
     if args.job:
-        from pipelines.settings.kafka_clients import librdkafka_config
-
         settings = load(args.job, args).settings
         broker = librdkafka_config(settings.kafka)  # TLS and SASL as the job connects
         if args.bootstrap:
@@ -291,8 +281,6 @@ def _offsets(args) -> int:
 
 def _jobs(args) -> int:
     from datetime import datetime
-
-    from pipelines.jobmanager import DEFAULT_JOBMANAGER, JobManager
 
     jm = JobManager(args.jobmanager or DEFAULT_JOBMANAGER)
     if args.action == "list":
@@ -324,9 +312,11 @@ def _jobs(args) -> int:
 
 
 def _beam(args) -> int:
-    if args.beam_command == "setup":
-        from pipelines.beam.java import BeamSetupError, ensure_java, ensure_prism
+    # lazy: a package leaves pipelines/beam out, and it ships this module
+    from pipelines.beam.java import BeamSetupError, ensure_java, ensure_prism
+    from pipelines.beam.runner import run
 
+    if args.beam_command == "setup":
         try:
             jars = ensure_java()
             prism = ensure_prism()
@@ -334,7 +324,6 @@ def _beam(args) -> int:
             raise Failure(str(exc)) from None
         print(f"beam     {len(jars)} jars checked, Prism at {prism}")
         return 0
-    from pipelines.beam.runner import run
 
     return run(args.job, args)
 

@@ -31,6 +31,7 @@ import asyncio
 import time
 
 from pipelines import jsontext
+from pipelines.flink_compat import split_lines as split_in_jvm
 from pipelines.lines import DEAD_MARK, join_lines, split_lines, split_meta
 from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage's interface
     ClientFactory,
@@ -48,6 +49,7 @@ from pipelines.settings import (
     OnFailure,
     Settings,
 )
+from pipelines.settings.secrets import without_secrets
 
 
 class Coalescer:
@@ -339,9 +341,6 @@ def apply_enrichment(
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
 
-    from pipelines.flink_compat import split_lines
-    from pipelines.settings.secrets import without_secrets
-
     settings = without_secrets(settings)  # what the pickled functions below carry
     cfg = settings.enrichment
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
@@ -369,6 +368,6 @@ def apply_enrichment(
         )
     stage, enriched, dead_letters = uids
     out = out.name(stage).uid(stage)
-    records = split_lines(out, keep_marked=False).name(enriched).uid(enriched)
-    dead = split_lines(out, keep_marked=True).name(dead_letters).uid(dead_letters)
+    records = split_in_jvm(out, keep_marked=False).name(enriched).uid(enriched)
+    dead = split_in_jvm(out, keep_marked=True).name(dead_letters).uid(dead_letters)
     return records, dead

@@ -10,6 +10,8 @@ import sys
 from typing import Callable
 
 from pipelines.jars import JarError
+from pipelines.jobmanager import JobManagerError
+from pipelines.kafka_clients import BrokerUnreachable
 from pipelines.settings import ConfigError, SecretMask
 from pipelines.stages import StageError
 
@@ -84,9 +86,6 @@ def guarded(action: Callable[[], int], mask: SecretMask | None = None) -> int:
     The secret values of every config loaded through `load` with this `mask` are masked
     in that line."""
     from confluent_kafka import KafkaException
-
-    from pipelines.jobmanager import JobManagerError
-    from pipelines.kafka_clients import BrokerUnreachable
 
     mask_text = mask or SecretMask()
 

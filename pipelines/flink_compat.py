@@ -14,6 +14,8 @@ import threading
 from collections import deque
 from contextlib import contextmanager
 
+from pipelines.loopback import preload_env
+
 FLINK_VERSION = "2.2.1"
 
 
@@ -37,7 +39,6 @@ def gateway_in_group(owner):
         # The JVM's stdout too: PyFlink leaves it on the terminal, where a restarting job's
         # uncaught-exception traces (40 lines each) flooded the progress lines.
         kwargs.setdefault("stdout", subprocess.PIPE)
-        from pipelines.loopback import preload_env
 
         kwargs["env"] = preload_env(kwargs.get("env") or dict(os.environ))
         proc = subprocess.Popen(*args, process_group=0, **kwargs)

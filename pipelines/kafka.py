@@ -9,6 +9,7 @@ recovery always uses the checkpoint.
 
 from __future__ import annotations
 
+from pipelines.flink_compat import set_java_record_serializer, set_record_deserializer
 from pipelines.settings import (
     DeliveryGuarantee,
     OffsetReset,
@@ -96,8 +97,6 @@ def build_source(settings: Settings, uses: tuple[str, ...] | list[str] = ()):
     from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
     from pyflink.java_gateway import get_gateway
 
-    from pipelines.flink_compat import set_record_deserializer
-
     src = settings.source
     builder = KafkaSource.builder().set_bootstrap_servers(settings.kafka.bootstrap_servers)
     if src.topics:
@@ -159,8 +158,6 @@ def build_sink(
     """
     from pyflink.java_gateway import get_gateway
 
-    from pipelines.flink_compat import set_java_record_serializer
-
     sink = settings.sink
     main = topic is None or topic == sink.topic
     serializer = get_gateway().jvm.pipelines.flink.RecordSerializer(
@@ -177,8 +174,6 @@ def build_raw_sink(settings: Settings, topic: str | None = None, id_suffix: str 
     written back as they were read: key, value, headers and timestamp byte for byte
     (pipelines.flink.RawRecordSerializer), all in the JVM."""
     from pyflink.java_gateway import get_gateway
-
-    from pipelines.flink_compat import set_java_record_serializer
 
     serializer = get_gateway().jvm.pipelines.flink.RawRecordSerializer(topic or settings.sink.topic)
     return set_java_record_serializer(_sink_builder(settings, id_suffix), serializer).build()

@@ -8,6 +8,7 @@ import argparse
 import logging
 
 from pipelines import jobs
+from pipelines.checkpoints import resolve_checkpoint, transaction_risk
 from pipelines.errors import Failure
 from pipelines.preflight import has_errors, run_preflight
 from pipelines.settings import Loaded, load_settings
@@ -63,8 +64,6 @@ def prepare(job: str, args: argparse.Namespace) -> Loaded:
     overrides = list(args.overrides or [])
     loaded = load(job, args, overrides)
     if getattr(args, "from_checkpoint", None):
-        from pipelines.checkpoints import resolve_checkpoint, transaction_risk
-
         path = resolve_checkpoint(loaded.settings, args.from_checkpoint)
         loaded = load(job, args, overrides + [f"job.from_checkpoint={path}"])
         risk = transaction_risk(loaded.settings, path)

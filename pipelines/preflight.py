@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pipelines.kafka_clients import BrokerUnreachable, admin_client
 from pipelines.settings import DeliveryGuarantee, Settings, StartMode, format_ms
 from pipelines.settings.kafka_clients import librdkafka_config
 
@@ -96,8 +97,6 @@ def static_problems(s: Settings) -> list[Problem]:
 def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     """Rules that ask the broker: reachability, topics, partitions, transaction limits."""
     from confluent_kafka.admin import ConfigResource
-
-    from pipelines.kafka_clients import BrokerUnreachable, admin_client
 
     try:
         admin = admin_client(

@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from pipelines.errors import MAX_ERROR_CHARS, explain_python_error, last_cause
+from pipelines.flink_compat import metric_totals
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,6 @@ class ProgressMonitor:
     def line(self) -> str | None:
         """One line: records in and out, what enrichment and dead letters are doing (so an
         outage shows), and checkpoints."""
-        from pipelines.flink_compat import metric_totals
-
         try:
             vertices = self._get(f"/jobs/{self.job_id}")["vertices"]
             totals: dict[str, int] = {}

@@ -16,10 +16,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pipelines import jobs
+from pipelines import flink_compat, jobs
+from pipelines.checkpoints import retained_checkpoints
+from pipelines.environment import (
+    MINI_CLUSTER_ON_LOOPBACK,
+    create_environment,
+    savepoint_dir,
+    transactional_identity,
+)
 from pipelines.errors import MAX_ERROR_CHARS, Failure, explain_java_error, guarded
+from pipelines.flink_compat import (
+    GATEWAY_STDERR,
+    disconnect_gateway,
+    gateway_in_group,
+    is_detached,
+    mini_cluster_rest_url,
+)
+from pipelines.jobmanager import DEFAULT_JOBMANAGER, JobManager, JobManagerError, refuse_second_copy
 from pipelines.loading import job_arguments, load_job, prepare
-from pipelines.processes import ProcessGroups
+from pipelines.logs import install_cli_handler
+from pipelines.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
+from pipelines.paths import local_state
+from pipelines.processes import PidFile, ProcessGroups
 from pipelines.progress import ProgressMonitor
 from pipelines.settings import SecretMask
 from pipelines.stopping import CANCEL_TIMEOUT_S, SAVEPOINT_TIMEOUT_S, StopRequested, StopSignals
@@ -35,8 +53,6 @@ def job_main(build, argv: list[str] | None = None) -> None:
     Standalone (`python -m pipelines.jobs.<job>`, the deploy image's command) it is
     `pipelines run <job>`; under `flink run` the gateway is the Flink client's.
     """
-    from pipelines.logs import install_cli_handler
-
     install_cli_handler()
     job = jobs.name_of(build)
     parser = job_arguments(argparse.ArgumentParser(prog=f"pipelines.jobs.{job}"))
@@ -45,13 +61,11 @@ def job_main(build, argv: list[str] | None = None) -> None:
 
     def action() -> int:
         loaded = prepare(job, args)
-        from pipelines.environment import create_environment
 
         log.info(f"job {job} from {Path(__file__).resolve().parent}")
         env = create_environment(loaded.settings, uses=jobs.uses(load_job(job)))
         build(env, loaded.settings)
         result = env.execute(job)
-        from pipelines.flink_compat import is_detached
 
         if is_detached(result):  # it runs on: say so, never "finished"
             log.info(f"job {job} submitted (detached) as {result.get_job_id()}; it keeps running")
@@ -75,10 +89,6 @@ def job_main(build, argv: list[str] | None = None) -> None:
 def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
     """Run `body` with stop signals handled, the JVM's process group owned, and the
     in-process Python workers' output in a log file."""
-    from pipelines.flink_compat import GATEWAY_STDERR, disconnect_gateway, gateway_in_group
-    from pipelines.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
-    from pipelines.paths import local_state
-
     bind_grpc_to_loopback(PYFLINK_WORKER_POOL)  # it binds [::] otherwise
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
@@ -157,12 +167,6 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     loaded = prepare(job, args)
     state["settings"] = loaded.settings
     module = load_job(job)
-    from pipelines.environment import (
-        MINI_CLUSTER_ON_LOOPBACK,
-        create_environment,
-        transactional_identity,
-    )
-    from pipelines.flink_compat import mini_cluster_rest_url
 
     extra = {
         **MINI_CLUSTER_ON_LOOPBACK,
@@ -186,7 +190,6 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     log.info(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
     if url:
         state["registered"] = runs.register(url, identity)
-    from pipelines.paths import local_state
 
     failures_log = local_state("logs", f"{job}-failures.log")
     failures_log.unlink(missing_ok=True)  # this run's failures only
@@ -218,11 +221,7 @@ def _stop(client, settings, savepoint: bool, job_id: str, why: str) -> str:
     """Stop with a savepoint when asked, else cancel (retained checkpoints stay).
     Every step has a deadline; a savepoint that cannot finish in time is reported and the
     job is cancelled instead."""
-    from pipelines import flink_compat
-
     if savepoint:
-        from pipelines.environment import savepoint_dir
-
         log.info(
             f"stopping ({why}): taking a savepoint, then stopping the job "
             f"(at most {SAVEPOINT_TIMEOUT_S:.0f} s)"
@@ -258,8 +257,6 @@ def _stop(client, settings, savepoint: bool, job_id: str, why: str) -> str:
 
 
 def _retained_line(settings, job_id: str) -> str:
-    from pipelines.checkpoints import retained_checkpoints
-
     try:
         found = retained_checkpoints(settings)
     except Exception:  # noqa: BLE001 - remote storage: nothing to list here
@@ -278,25 +275,14 @@ class LocalRuns:
     job, with the same transactional-id prefix, is refused before it starts."""
 
     def __init__(self):
-        from pipelines.paths import local_state
-
         self.dir = local_state("runs")
 
     @staticmethod
     def _holder(entry: Path):
         """The pid file beside a run's entry: the run registered is alive only while it is."""
-        from pipelines.processes import PidFile
-
         return PidFile(entry.with_suffix(".pid"), "pipelines", "run     ")
 
     def refuse_second_copy(self, job: str, prefix: str) -> None:
-        from pipelines.jobmanager import (
-            DEFAULT_JOBMANAGER,
-            JobManager,
-            JobManagerError,
-            refuse_second_copy,
-        )
-
         addresses = [DEFAULT_JOBMANAGER]
         for entry in sorted(self.dir.glob("*.json")):
             try:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipelines.enrichment import apply_enrichment
+from pipelines.flink_compat import java_stream, python_stream, window_counts_in_jvm
 from pipelines.flink_compat import split_lines as split_in_jvm
-from pipelines.flink_compat import window_counts_in_jvm
 from pipelines.kafka import build_raw_sink, build_sink, build_source, origin_type_info
 from pipelines.lookups import ClientFactory
 from pipelines.parse import make_parse_function
@@ -283,8 +283,6 @@ def batch_records(rows: Rows, size: int, delay_ms: int, *, name: str = "batch") 
     before every watermark (so no record is made late by waiting in a batch). The result
     feeds a batched Python stage only."""
     from pyflink.java_gateway import get_gateway
-
-    from pipelines.flink_compat import java_stream, python_stream
 
     batcher = get_gateway().jvm.pipelines.flink.RecordBatcher
     j_stream = java_stream(rows.stream)

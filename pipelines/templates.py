@@ -17,6 +17,10 @@ from pathlib import Path
 
 import yaml
 
+import pipelines.jobs as jobs_package
+from pipelines import jars as jar_module
+from pipelines.flink_run import submit_command
+from pipelines.jobs import NAME, names
 from pipelines.paths import PACKAGE_MARKER, PROJECT_ROOT, state_root
 from pipelines.settings import ConfigError, Loaded, is_secret_key
 from pipelines.settings.secrets import from_reference, url_passwords
@@ -58,10 +62,9 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     """Copy job `template` (any job in `root`'s pipelines/jobs) as `name`: the module as it
     is (a job's name is its module's, so nothing in it changes), its config with the names
     the new job must own, and a smoke test."""
+    # lazy: a package leaves pipelines/beam out, and it ships this module
     import pipelines.beam as beam_package
-    import pipelines.jobs as jobs_package
     from pipelines.beam import names as beam_names
-    from pipelines.jobs import NAME, names
 
     # pipelines.jobs.<name> becomes an attribute of the package when imported: a job called
     # `load` or `names` would replace the function of that name, and break every command.
@@ -288,7 +291,6 @@ def effective_config(loaded: Loaded, needs: list[Requirement] | None = None) -> 
 def _cluster_sources(job: str, src_pipelines: Path):
     """copytree's ignore: what a Flink cluster does not run stays behind: devtools (local
     infrastructure), the Beam pipelines, the other jobs, caches."""
-    from pipelines.jobs import names
 
     def ignore(directory: str, entries: list[str]) -> set[str]:
         skipped = {e for e in entries if e == "__pycache__" or e.endswith(".pyc")}
@@ -366,9 +368,6 @@ def package_job(
     `client_python` (default: `python`), e.g. this venv where the TaskManagers run
     containers of their own.
     """
-    from pipelines import jars as jar_module
-    from pipelines.flink_run import submit_command
-
     job = loaded.settings.job.name
     jar_paths = jar_module.resolve()
     needs: list[Requirement] = []

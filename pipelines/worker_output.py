@@ -8,6 +8,8 @@ import logging
 import threading
 from pathlib import Path
 
+from pipelines.paths import worker_log
+
 log = logging.getLogger(__name__)
 
 
@@ -66,6 +68,4 @@ def thread_errors_to(path: Path):
 
 
 def worker_log_path(job: str) -> Path:
-    from pipelines.paths import worker_log
-
     return worker_log(job)

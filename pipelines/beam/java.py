@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.jars import sha256_of
+from pipelines.loopback import preload_env
+from pipelines.maven import copy_dependencies, is_resolved
 from pipelines.paths import JARS_DIR, local_state
 from pipelines.processes import ProcessGroups
 
@@ -72,8 +74,6 @@ def check_libs(libs: Path = LIBS) -> list[Path]:
 
 def ensure_java(libs: Path = LIBS) -> list[Path]:
     """Resolve Beam's Java side with mvn (once per pom) and check every jar."""
-    from pipelines.maven import copy_dependencies, is_resolved
-
     if not is_resolved(POM, libs):
         log.info(f"beam     resolving Beam {BEAM_VERSION}'s Java side with mvn into {libs}")
         problem = copy_dependencies(POM, libs)
@@ -181,8 +181,6 @@ def start_listening(
 ) -> subprocess.Popen:
     """Start `command` in a process group `owner` ends, its output to `log_path`, and
     return once it listens on `port` (BeamSetupError if it exits or does not in time)."""
-    from pipelines.loopback import preload_env
-
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as out:
         proc = owner.popen(

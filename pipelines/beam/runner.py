@@ -17,11 +17,17 @@ import threading
 import time
 from pathlib import Path
 
+from pipelines import beam
+from pipelines.beam import java
+from pipelines.beam.java import BeamSetupError, dead_service, free_port, start_listening
 from pipelines.errors import Failure
+from pipelines.kafka_clients import client_config
 from pipelines.loading import load, preflight_job
+from pipelines.loopback import BEAM_WORKER_POOL, bind_grpc_to_loopback
 from pipelines.paths import local_state
 from pipelines.processes import ProcessGroups
 from pipelines.settings import BeamRunner, ConfigError, Settings
+from pipelines.settings.kafka_clients import librdkafka_config
 from pipelines.stopping import StopRequested, StopSignals
 from pipelines.worker_output import WorkerOutput
 
@@ -35,8 +41,6 @@ TERMINAL = {"DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"}
 
 
 def beam_job_names() -> list[str]:
-    from pipelines import beam
-
     return beam.names()
 
 
@@ -76,9 +80,6 @@ def _offsets(settings: Settings) -> tuple[dict, dict]:
     """(end offsets, committed offsets of the group) per partition, from the broker."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    from pipelines.kafka_clients import client_config
-    from pipelines.settings.kafka_clients import librdkafka_config
-
     conf = client_config(settings.kafka.bootstrap_servers, librdkafka_config(settings.kafka))
     consumer = Consumer({**conf, "group.id": settings.source.group_id, "enable.auto.commit": False})
     try:
@@ -117,8 +118,6 @@ def preflight(settings: Settings, module, skip: bool) -> None:
 
 def start_prism(owner: ProcessGroups, binary: Path, deadline_s: float = 60.0) -> str:
     """Prism's job server in a process group `owner` ends; returns its endpoint."""
-    from pipelines.beam.java import BeamSetupError, free_port, start_listening
-
     port = free_port()
     command = [str(binary), f"-job_port={port}", "-serve_http=false", "-log_level=warn"]
     try:
@@ -156,9 +155,6 @@ class OutputCounter:
 
     def __init__(self, settings: Settings):
         from confluent_kafka import Consumer
-
-        from pipelines.kafka_clients import client_config
-        from pipelines.settings.kafka_clients import librdkafka_config
 
         conf = client_config(settings.kafka.bootstrap_servers, librdkafka_config(settings.kafka))
         self.consumer = Consumer({**conf, "group.id": "pipelines-progress"})
@@ -198,8 +194,6 @@ def run(name: str, args) -> int:
     """Run Beam job `name` until it ends (bounded) or is stopped (streaming)."""
     import sys
 
-    from pipelines.loopback import BEAM_WORKER_POOL, bind_grpc_to_loopback
-
     module = load_beam_job(name)
     bind_grpc_to_loopback(BEAM_WORKER_POOL)  # Beam's LOOPBACK pool binds [::] otherwise
     owner = ProcessGroups()
@@ -213,7 +207,6 @@ def run(name: str, args) -> int:
         loaded = load(name, args)
         settings = loaded.settings
         preflight(settings, module, args.skip_preflight)
-        from pipelines.beam import java
 
         try:
             java.ensure_java()
@@ -282,7 +275,6 @@ def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services
         thread.join(timeout=1.0)
         if "error" in holder:
             raise Failure(f"beam pipeline failed: {_one_line(holder['error'])}")
-        from pipelines.beam.java import dead_service
 
         dead = dead_service(services)
         if dead and not ("result" in holder and _state(holder["result"]) in TERMINAL):

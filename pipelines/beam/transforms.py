@@ -12,6 +12,10 @@ import asyncio
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from pipelines import jsontext
+from pipelines.enrichment import EnrichStats, enricher_for
+from pipelines.lines import DEAD_MARK, key_of, split_meta, with_meta
+from pipelines.parse import dead_letter, origin_block, parse_value
 from pipelines.settings import ConfigError, OffsetReset, Settings, StartMode
 from pipelines.settings.kafka_clients import java_client_properties
 from pipelines.settings.secrets import without_secrets
@@ -89,8 +93,6 @@ class _ParseFn(beam.DoFn):
         self.dead = Metrics.counter("parse", "deadLetters")
 
     def process(self, row):
-        from pipelines.parse import dead_letter, origin_block, parse_value
-
         s = self.settings
         record, reason = parse_value(row.value, s.parse.required_fields, None, s.parse.origin_field)
         if record is None:
@@ -131,8 +133,6 @@ class _EnrichBatchFn(beam.DoFn):
         self.batch_size = settings.enrichment.effective_batch_size()
 
     def setup(self):
-        from pipelines.enrichment import EnrichStats, enricher_for
-
         self.loop = asyncio.new_event_loop()
         self.enricher = enricher_for(self.settings, self.client_factory)
         self.reported = dict.fromkeys(EnrichStats.NAMES, 0)
@@ -154,8 +154,6 @@ class _EnrichBatchFn(beam.DoFn):
 
     def _flush(self):
         from apache_beam.utils.windowed_value import WindowedValue
-
-        from pipelines.lines import DEAD_MARK, with_meta
 
         batch, self.buffer = self.buffer, []
         if not batch:
@@ -208,9 +206,6 @@ class _ToKafkaRecord(beam.DoFn):
         self.written = Metrics.counter("write", self.counter_name)
 
     def process(self, text: str):
-        from pipelines import jsontext
-        from pipelines.lines import key_of, split_meta
-
         self.written.inc()
         meta, text = split_meta(text)
         if self.key_field:

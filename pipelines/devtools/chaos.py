@@ -39,8 +39,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from pipelines.devtools.containers import docker
+from pipelines.devtools.demo import demo_record
 from pipelines.devtools.topics import create_topics, end_offsets, read_messages
 from pipelines.devtools.topology import LIBRDKAFKA_QUIET, TASKMANAGERS, Topology
+from pipelines.jobmanager import JobManager
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,6 @@ def trial_values(job: str, count: int, bad_every: int) -> list[tuple[bytes, byte
     and a per-key sequence (order is checked per key); enrich records every `bad_every`-th
     malformed (dead letters are checked by origin) and no key (round-robin, so each
     record's partition and offset are known)."""
-    from pipelines.devtools.demo import demo_record
-
     out = []
     for i in range(count):
         if job == "passthrough":
@@ -417,8 +417,6 @@ def _submit(topology: Topology, job: str, args: list[str]) -> str:
 
 
 def _rest(topology: Topology, path: str):
-    from pipelines.jobmanager import JobManager
-
     return JobManager(topology.jobmanager)._call(path)
 
 

@@ -13,9 +13,30 @@ import re
 import sys
 
 from pipelines import cli
+from pipelines.devtools import containers
+from pipelines.devtools.demo import prepare_demo
+from pipelines.devtools.enrichment_service import DEFAULT_PORT, Service, ServiceError
+from pipelines.devtools.flink_cluster import (
+    Cluster,
+    ClusterError,
+    client_dirs,
+    quiet_client_environment_log,
+)
+from pipelines.devtools.kafka_broker import Broker, BrokerError
+from pipelines.devtools.s3 import S3Error
+from pipelines.devtools.topics import ProduceError
+from pipelines.devtools.topology import Topology, TopologyError, ensure_images
+from pipelines.environment import savepoint_dir, transactional_identity
 from pipelines.errors import Failure
+from pipelines.flink_run import flink_binary
+from pipelines.jobmanager import JobManager, JobManagerError, refuse_second_copy
 from pipelines.loading import load, prepare
+from pipelines.paths import local_state, state_root
 from pipelines.processes import ProcessGroups
+from pipelines.settings import parse_duration_ms
+from pipelines.settings.kafka_clients import java_client_properties
+from pipelines.stopping import StopSignals
+from pipelines.templates import package_job
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,18 +153,6 @@ def _submit(args) -> int:
     (or, with --stop-on-exit, stops it with a savepoint)."""
     import subprocess
 
-    from pipelines.devtools.flink_cluster import (
-        Cluster,
-        client_dirs,
-        quiet_client_environment_log,
-    )
-    from pipelines.environment import savepoint_dir, transactional_identity
-    from pipelines.flink_run import flink_binary
-    from pipelines.jobmanager import JobManager, refuse_second_copy
-    from pipelines.paths import local_state, state_root
-    from pipelines.stopping import StopSignals
-    from pipelines.templates import package_job
-
     local = Cluster()
     jm = JobManager(args.jobmanager or local.url.removeprefix("http://"))
     if not jm.answers():
@@ -221,8 +230,6 @@ def _submit(args) -> int:
 
 def _client_stopped(args, jm, job_id, prefix, savepoints, stop) -> int:
     """The submitting client was stopped: the job itself runs on unless asked to stop."""
-    from pipelines.jobmanager import JobManagerError
-
     why = getattr(stop, "signame", "SIGINT")
     if job_id is None:  # stopped before the id was printed: accepted or not, ask
         try:
@@ -250,9 +257,6 @@ def _client_stopped(args, jm, job_id, prefix, savepoints, stop) -> int:
 
 
 def _demo(args) -> int:
-    from pipelines.devtools.demo import prepare_demo
-    from pipelines.devtools.topics import ProduceError
-
     loaded = load(args.job, args)
     try:
         prepare_demo(
@@ -267,8 +271,6 @@ def _demo(args) -> int:
 
 
 def _kafka(args) -> int:
-    from pipelines.devtools.kafka_broker import Broker, BrokerError
-
     broker = Broker(
         transaction_max_timeout_ms=getattr(args, "transaction_max_timeout_ms", None),
         secure=getattr(args, "secure", False),
@@ -281,8 +283,6 @@ def _kafka(args) -> int:
         elif args.action == "transactions":
             bootstrap, properties = args.bootstrap_server, None
             if args.job:
-                from pipelines.settings.kafka_clients import java_client_properties
-
                 kafka = load(args.job, args).settings.kafka
                 bootstrap = bootstrap or kafka.bootstrap_servers
                 properties = java_client_properties(kafka, shaded=False)
@@ -295,8 +295,6 @@ def _kafka(args) -> int:
 
 
 def _cluster(args) -> int:
-    from pipelines.devtools.flink_cluster import Cluster, ClusterError
-
     cluster = Cluster()
     try:
         {"up": cluster.up, "down": cluster.down, "status": lambda: print(cluster.status())}[
@@ -308,9 +306,6 @@ def _cluster(args) -> int:
 
 
 def _enrichment(args) -> int:
-    from pipelines.devtools.enrichment_service import DEFAULT_PORT, Service, ServiceError
-    from pipelines.settings import parse_duration_ms
-
     service = Service(port=args.port or DEFAULT_PORT)
     try:
         latency_ms = parse_duration_ms(args.latency)
@@ -331,8 +326,6 @@ def _enrichment(args) -> int:
 
 
 def _docker(args) -> int:
-    from pipelines.devtools import containers
-
     if args.action == "down":
         for what in containers.remove_owned():
             print(f"docker   removed {what}")
@@ -349,8 +342,6 @@ def _docker(args) -> int:
         if args.deploy:
             print(f"docker   deploy {containers.build_enrich_deploy_image()}")
         if args.topology:
-            from pipelines.devtools.topology import ensure_images
-
             for role, image in ensure_images().items():
                 if role != "kafka":
                     print(f"docker   {role} {image}")
@@ -366,10 +357,6 @@ def _topology(args) -> int:
     """`up` returns once every part is healthy and prints where each is; `sets JOB` prints
     the arguments that point a job at it (`pipelines submit JOB $(pipelines topology sets
     JOB)`)."""
-    from pipelines.devtools import containers
-    from pipelines.devtools.s3 import S3Error
-    from pipelines.devtools.topology import Topology, TopologyError
-
     topology = Topology()
     if args.action != "sets":
         problem = containers.docker_problem()

@@ -28,8 +28,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.devtools.kafka_broker import SINGLE_NODE, Broker, broker_answers
 from pipelines.paths import PROJECT_ROOT, local_state
-from pipelines.templates import shippable
+from pipelines.settings import load_settings
+from pipelines.templates import package_job, shippable
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +223,6 @@ def ensure_kafka_image() -> str:
     image = kafka_image()
     if image != DEFAULT_KAFKA:
         return image
-    from pipelines.devtools.kafka_broker import Broker
 
     broker = Broker()
     broker.ensure_libs()
@@ -384,9 +385,6 @@ def deploy_command(job: str) -> list[str]:
 
 def build_enrich_deploy_image(tag: str = DEPLOY_IMAGE, base: str | None = None) -> str:
     """`pipelines package enrich` for the image's python, then the deploy image over it."""
-    from pipelines.settings import load_settings
-    from pipelines.templates import package_job
-
     loaded = load_settings("enrich", environ={}, local=False)  # nothing of conf/local
     package = package_job(loaded, STATE / "package-enrich", python=DEPLOY_PYTHON, flink="flink")
     return build_deploy_image(package.root, "enrich", tag=tag, base=base)
@@ -442,8 +440,6 @@ class ContainerBroker:
         return f"{self.alias}:{self.network_port}"
 
     def environment(self) -> dict[str, str]:
-        from pipelines.devtools.kafka_broker import SINGLE_NODE
-
         env = {
             "KAFKA_NODE_ID": "1",
             "KAFKA_PROCESS_ROLES": "broker,controller",
@@ -493,8 +489,6 @@ class ContainerBroker:
         return f"{self.network_name}-kafka"
 
     def ready(self, timeout: float = 2.0) -> bool:
-        from pipelines.devtools.kafka_broker import broker_answers
-
         return broker_answers(self.bootstrap, timeout)
 
     def running(self) -> bool:

@@ -8,6 +8,7 @@ import time
 
 from pipelines.devtools.topics import create_topics, produce
 from pipelines.settings import Settings
+from pipelines.settings.kafka_clients import librdkafka_config
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ def job_topics(settings: Settings, partitions: int) -> dict[str, int]:
 
 
 def prepare_demo(settings: Settings, records: int, bad_every: int, partitions: int) -> None:
-    from pipelines.settings.kafka_clients import librdkafka_config
-
     broker = librdkafka_config(settings.kafka)  # TLS and SASL as the job connects
     topics = job_topics(settings, partitions)
     create_topics(broker, topics)

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.flink_run import flink_home
+from pipelines.loopback import preload_env
 from pipelines.paths import local_state
 from pipelines.processes import end_groups, group_alive, groups_of_ours
 
@@ -85,7 +86,6 @@ class Cluster:
                 "PATH": f"{venv_bin}:{env.get('PATH', '')}",
             }
         )
-        from pipelines.loopback import preload_env
 
         return preload_env(env)
 
@@ -293,8 +293,6 @@ def client_dirs() -> dict[str, str]:
     """FLINK_CONF_DIR and FLINK_LOG_DIR for a `flink run` client on a machine whose local
     cluster never started: the wheel's own conf with the environment kept out of the log,
     and logs under .local/ (not in the wheel's site-packages, readable by all)."""
-    from pipelines.paths import local_state
-
     root = Path(local_state("flink-client"))
     conf, logs = root / "conf", root / "log"
     shutil.copytree(flink_home() / "conf", conf, dirs_exist_ok=True)

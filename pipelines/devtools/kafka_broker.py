@@ -16,8 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.devtools.kafka_tls import TlsError, TlsFiles, ensure_tls, write_secret
 from pipelines.devtools.ports import port_free
 from pipelines.kafka_clients import quiet_logger
+from pipelines.maven import copy_dependencies, is_resolved
 from pipelines.paths import PROJECT_ROOT, local_state
 from pipelines.processes import PidFile, start_time
 
@@ -80,8 +82,6 @@ class Broker:
 
     @property
     def tls(self):
-        from pipelines.devtools.kafka_tls import TlsFiles
-
         return TlsFiles(self.state_dir / "tls")
 
     def user_password_file(self, user: str = SCRAM_USER) -> Path:
@@ -90,8 +90,6 @@ class Broker:
     def admin_password(self) -> str:
         """The super user's password (made once, in a 0600 file): the broker's own
         listeners take only this login."""
-        from pipelines.devtools.kafka_tls import write_secret
-
         path = self.user_password_file(ADMIN_USER)
         if not path.is_file():
             write_secret(path, secrets.token_urlsafe(18))
@@ -145,8 +143,6 @@ class Broker:
     # ------------------------------------------------------------------ set-up
 
     def ensure_libs(self) -> None:
-        from pipelines.maven import copy_dependencies, is_resolved
-
         if is_resolved(POM, self.libs):
             return
         log.info(f"resolving the Kafka broker's jars with mvn into {self.libs}")
@@ -299,8 +295,6 @@ class Broker:
                     )
         self.ensure_libs()
         if self.secure:
-            from pipelines.devtools.kafka_tls import TlsError, ensure_tls
-
             try:
                 ensure_tls(self.tls.dir)
             except TlsError as exc:
@@ -372,8 +366,6 @@ class Broker:
         return props.is_file() and "SASL_SSL://" in props.read_text()
 
     def _ensure_default_user(self) -> None:
-        from pipelines.devtools.kafka_tls import write_secret
-
         path = self.user_password_file()
         if not path.is_file():
             write_secret(path, secrets.token_urlsafe(18))

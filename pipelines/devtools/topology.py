@@ -51,7 +51,12 @@ from pipelines.devtools.containers import (
     docker,
     image_inputs,
 )
+from pipelines.devtools.flink_cluster import rest_overview
 from pipelines.devtools.kafka_tls import write_secret
+from pipelines.devtools.ports import free_ports
+from pipelines.devtools.s3 import S3, S3Error
+from pipelines.jobmanager import JobManager, JobManagerError
+from pipelines.maven import copy_dependencies
 from pipelines.paths import PROJECT_ROOT, local_state
 from pipelines.templates import shippable
 
@@ -133,8 +138,6 @@ def _build_image(image: str, dockerfile: Path, context_files: dict[str, Path], i
 
 def _jars(pom_dir: str) -> Path:
     """The runtime closure of jars/<pom_dir>/pom.xml, copied once into .local/images."""
-    from pipelines.maven import copy_dependencies
-
     out = STATE / f"jars-{pom_dir}"
     problem = copy_dependencies(PROJECT_ROOT / "jars" / pom_dir / "pom.xml", out)
     if problem:
@@ -360,8 +363,6 @@ class Topology:
         return f"http://{s['gateway']}:{s['enrichment_port']}"
 
     def s3(self):
-        from pipelines.devtools.s3 import S3
-
         keys = json.loads((self.secrets_dir / "s3-keys.json").read_text())
         return S3(f"http://127.0.0.1:{self.state()['s3_port']}", keys["access"], keys["secret"])
 
@@ -466,7 +467,6 @@ class Topology:
         images = ensure_images()
         built = time.monotonic() - started
         keys = self._secrets()
-        from pipelines.devtools.ports import free_ports
 
         docker("network", "create", *self._labels(), self.name)
         gateway = docker(
@@ -569,8 +569,6 @@ class Topology:
         return self._exec("zookeeper", script) == "imok"
 
     def store_answers(self) -> bool:
-        from pipelines.devtools.s3 import S3Error
-
         try:
             self.s3().keys(BUCKET, "no-such-prefix/")
             return True
@@ -578,16 +576,12 @@ class Topology:
             return False
 
     def jobmanager_overview(self) -> dict | None:
-        from pipelines.devtools.flink_cluster import rest_overview
-
         return rest_overview(f"http://{self.jobmanager}", timeout=3)
 
     def taskmanager_ids(self) -> list[str] | None:
         """The resource ids of the registered TaskManagers (`taskmanager-1:PORT-xxxxxx`);
         None while no JobManager answers. A TaskManager lost without a goodbye stays
         listed until its heartbeat times out."""
-        from pipelines.jobmanager import JobManager, JobManagerError
-
         try:
             found = JobManager(self.jobmanager)._call("/taskmanagers")
         except (JobManagerError, OSError):
@@ -672,8 +666,6 @@ class Topology:
         return not self._problems_seen(timeout_s)
 
     def _wait_healthy(self, keys: dict, wait_s: float) -> None:
-        from pipelines.devtools.s3 import S3Error
-
         deadline = time.monotonic() + wait_s
         bucket = False
         problems = ["not checked yet"]

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.paths import local_state
 from pipelines.settings.schema import (
     KafkaConnection,
     KafkaSecurity,
@@ -120,8 +121,6 @@ def librdkafka_config(kafka: KafkaConnection) -> dict[str, str]:
 
 
 def _converted_dir() -> Path:
-    from pipelines.paths import local_state
-
     path = Path(local_state("tls-converted"))
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o700)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from pipelines.settings.schema import KafkaSecurity
 from pipelines.settings.values import DURATION_FIELDS, ConfigError, format_ms
 
 if TYPE_CHECKING:
@@ -195,8 +196,6 @@ def without_secrets(settings: Settings) -> Settings:
     plain HTTP unless its REST TLS is on) and is kept in its blob store; a pickled pydantic
     SecretStr holds its value in clear. Only the Java Kafka builders need the credentials,
     and they get them from the full settings while the graph is built."""
-    from pipelines.settings.schema import KafkaSecurity
-
     referenced = referenced_values(settings)
 
     def kept(props: dict[str, str]) -> dict[str, str]:

@@ -5,6 +5,8 @@ are one registry."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,6 +138,53 @@ def test_the_cycle_check_sees_a_cycle_through_a_function_level_import(tmp_path):
     assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.sub.b"]]
 
 
+def function_level_imports(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, import) of each import of `package` inside a function, with no `# lazy:`
+    reason in the comment lines right above it (its import block's)."""
+    text = path.read_text()
+    lines = text.split("\n")
+    found = []
+    for node in ast.walk(ast.parse(text, str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for sub in ast.walk(node):
+            names = (
+                [sub.module or ""]
+                if isinstance(sub, ast.ImportFrom)
+                else [a.name for a in sub.names]
+                if isinstance(sub, ast.Import)
+                else []
+            )
+            if not any(n == package or n.startswith(f"{package}.") for n in names):
+                continue
+            above = sub.lineno - 2
+            while above >= 0 and lines[above].strip().startswith(("import ", "from ")):
+                above -= 1
+            if not (above >= 0 and lines[above].strip().startswith("# lazy:")):
+                found.append((sub.lineno, ast.unparse(sub)))
+    return found
+
+
+def test_the_projects_own_modules_are_imported_at_the_top():
+    """An import inside a function hides a module's dependencies (and used to hide a cycle);
+    the few that must wait say why (`# lazy: ...`)."""
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted((ROOT / "pipelines").rglob("*.py"))
+        if (found := function_level_imports(path, "pipelines"))
+    }
+    assert offenders == {}
+
+
+def test_the_import_check_sees_an_unmarked_import_and_accepts_a_marked_one(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "def f():\n    from pipelines import jars\n\n"
+        "def g():\n    # lazy: a reason\n    import pipelines.beam\n    from pipelines import x\n"
+    )
+    assert function_level_imports(probe, "pipelines") == [(2, "from pipelines import jars")]
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     loaded = load_settings("windowed", environ={})
@@ -157,6 +206,28 @@ def test_a_package_ships_only_what_a_cluster_runs(package):
         "pipelines/lookups/__init__.py",
     } <= shipped
     assert not (package.root / "bench").exists()
+
+
+def test_every_module_a_package_ships_imports_there(package):
+    """As a cluster's Python imports them: from the package alone (no Beam, no devtools)."""
+    shipped = sorted(
+        ".".join(p.relative_to(package.root).with_suffix("").parts).removesuffix(".__init__")
+        for p in (package.root / "pipelines").rglob("*.py")
+    )
+    # This venv installs the project editable: its finder would serve whatever the package
+    # lacks from the working tree. A cluster's venv has no such finder.
+    script = (
+        "import importlib, sys\n"
+        "sys.meta_path = [f for f in sys.meta_path if '__editable__' not in f.__module__]\n"
+        f"for name in {shipped!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sys.modules['pipelines'].__file__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=package.root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(package.root / "pipelines" / "__init__.py")
 
 
 def test_a_packaged_config_holds_no_path_of_the_building_machine(package):
