@@ -223,12 +223,10 @@ def _new(args) -> int:
             f"and conf/base/ there)"
         )
     created = new_job(args.name, args.template, root)
-    for path in (created.module, created.config, created.test):
+    for path in created.files:
         print(f"created {path.relative_to(root)}")
-    print(
-        f"next: pipelines demo {args.name} && pipelines run {args.name}; "
-        f"tests: pytest {created.test.relative_to(root)}"
-    )
+    tests = " ".join(str(p.relative_to(root)) for p in created.files[2:])
+    print(f"next: pipelines demo {args.name} && pipelines run {args.name}; tests: pytest {tests}")
     return 0
 
 

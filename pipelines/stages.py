@@ -87,6 +87,10 @@ class JobGraph:
     uses: tuple[str, ...] = ()
     uids: set[str] = field(default_factory=set)
     transactional_ids: dict[str, str] = field(default_factory=dict)
+    # pipelines.testing: the source's rows from a list, and every sink's stream collected
+    # (sink name, stream, raw rows?) instead of written to Kafka.
+    test_rows: list | None = None
+    collected: list[tuple[str, Any, bool]] | None = None
 
     def claim(self, uid: str) -> str:
         if uid in self.uids:
@@ -187,6 +191,9 @@ def kafka_source(
     from pyflink.common import WatermarkStrategy
 
     graph = _graph(env)
+    if graph.test_rows is not None:  # pipelines.testing: rows from a list, no Kafka
+        stream = env.from_collection(graph.test_rows, type_info=origin_type_info()).name(name)
+        return Rows(stream.uid(graph.claim(name)), graph)
     stream = env.from_source(
         build_source(settings, graph.uses),
         WatermarkStrategy.no_watermarks(),
@@ -200,6 +207,14 @@ def _sink_identity(graph: JobGraph, settings: Settings, name: str, id_suffix: st
     graph.claim(name)
     if settings.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         graph.claim_transactional_id(f"{settings.sink.transactional_id_prefix}{id_suffix}", name)
+
+
+def _collected(graph: JobGraph, name: str, stream: DataStream, raw: bool = False) -> bool:
+    """Under pipelines.testing: the sink's stream kept for collection, not written."""
+    if graph.collected is None:
+        return False
+    graph.collected.append((name, stream, raw))
+    return True
 
 
 def kafka_sink(
@@ -218,8 +233,9 @@ def kafka_sink(
     _expect(records, Records, "kafka_sink", _FIX_RECORDS)
     suffix = id_suffix if id_suffix is not None else ("" if name == "kafka-sink" else f"-{name}")
     _sink_identity(records.graph, settings, name, suffix)
-    sink = build_sink(settings, topic, id_suffix=suffix, key_field=key_field)
-    records.stream.sink_to(sink).name(name).uid(name)
+    if not _collected(records.graph, name, records.stream):
+        sink = build_sink(settings, topic, id_suffix=suffix, key_field=key_field)
+        records.stream.sink_to(sink).name(name).uid(name)
 
 
 def raw_kafka_sink(
@@ -234,8 +250,9 @@ def raw_kafka_sink(
     timestamp), in the JVM."""
     _expect(rows, Rows, "raw_kafka_sink", _FIX_ROWS)
     _sink_identity(rows.graph, settings, name, id_suffix)
-    sink = build_raw_sink(settings, topic, id_suffix=id_suffix)
-    rows.stream.sink_to(sink).name(name).uid(name)
+    if not _collected(rows.graph, name, rows.stream, raw=True):
+        sink = build_raw_sink(settings, topic, id_suffix=id_suffix)
+        rows.stream.sink_to(sink).name(name).uid(name)
 
 
 def dead_letter_sink(
@@ -254,8 +271,9 @@ def dead_letter_sink(
     first, rest = streams[0], streams[1:]
     dead = first.stream.union(*(s.stream for s in rest)) if rest else first.stream
     _sink_identity(first.graph, settings, name, id_suffix)
-    sink = build_sink(settings, topic or settings.sink.dead_letter_topic, id_suffix=id_suffix)
-    dead.sink_to(sink).name(name).uid(name)
+    if not _collected(first.graph, name, dead):
+        sink = build_sink(settings, topic or settings.sink.dead_letter_topic, id_suffix=id_suffix)
+        dead.sink_to(sink).name(name).uid(name)
 
 
 def late_record_sink(
@@ -270,8 +288,9 @@ def late_record_sink(
     `window.late_topic`)."""
     _expect(late, Records, "late_record_sink", "hand it the late records window_counts returned")
     _sink_identity(late.graph, settings, name, id_suffix)
-    sink = build_sink(settings, topic or settings.window.late_topic, id_suffix=id_suffix)
-    late.stream.sink_to(sink).name(name).uid(name)
+    if not _collected(late.graph, name, late.stream):
+        sink = build_sink(settings, topic or settings.window.late_topic, id_suffix=id_suffix)
+        late.stream.sink_to(sink).name(name).uid(name)
 
 
 # ------------------------------------------------------------------ Python stages

@@ -31,6 +31,11 @@ class NewJob:
     module: Path
     config: Path
     test: Path
+    logic_test: Path | None = None  # pipelines.testing, no Kafka (Flink jobs)
+
+    @property
+    def files(self) -> list[Path]:
+        return [p for p in (self.module, self.config, self.logic_test, self.test) if p]
 
 
 def _config_for(name: str, source: dict) -> dict:
@@ -46,6 +51,9 @@ def _config_for(name: str, source: dict) -> dict:
     if conf.get("window", {}).get("late_topic"):
         conf["window"]["late_topic"] = f"{name}-late"
     return conf
+
+
+SCAFFOLD = Path("pipelines", "devtools", "scaffold")  # under the project root
 
 
 def _smoke_test_kind(module_text: str, conf: dict) -> str:
@@ -92,10 +100,9 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
         module=package / f"{name}.py",
         config=root / "conf" / "base" / f"{name}.yaml",
         test=root / "tests" / "integration" / f"test_{'beam_' if beam else ''}job_{name}.py",
+        logic_test=None if beam else root / "tests" / "unit" / f"test_job_{name}_logic.py",
     )
-    existing = [
-        str(p.relative_to(root)) for p in (target.module, target.config, target.test) if p.exists()
-    ]
+    existing = [str(p.relative_to(root)) for p in target.files if p.exists()]
     if existing:
         raise ConfigError(
             f"job {name!r} exists already ({', '.join(existing)}); nothing was written"
@@ -114,6 +121,9 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     target.module.write_text(module)
     target.config.write_text(config)
     target.test.write_text(test)
+    if target.logic_test is not None:
+        scaffold = root / SCAFFOLD / f"logic_{kind}.py"
+        target.logic_test.write_text(scaffold.read_text().replace("TEMPLATE_JOB", name))
     return target
 
 

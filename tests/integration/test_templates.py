@@ -52,18 +52,22 @@ def test_new_job_passes_its_own_test(tmp_path, kafka, template):
     assert made.returncode == 0, made.stderr
     beam = template.startswith("beam-")
     assert f"created pipelines/{'beam' if beam else 'jobs'}/{name}.py" in made.stdout
-    test = f"tests/integration/test_{'beam_' if beam else ''}job_{name}.py"
+    tests = [f"tests/integration/test_{'beam_' if beam else ''}job_{name}.py"]
+    if not beam:  # and its fast test, pipelines.testing (no Kafka)
+        tests.append(f"tests/unit/test_job_{name}_logic.py")
+        assert f"created {tests[1]}" in made.stdout
     tested = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", *tests],
         cwd=copy,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    print(tested.stdout[-400:])
+    print(tested.stdout[-1500:])
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
-    assert "1 passed" in tested.stdout
+    expected = {"enrich": 2, "windowed": 3, "passthrough": 3, "beam-enrich": 1}[template]
+    assert f"{expected} passed" in tested.stdout
 
 
 # A client the way a user writes one: a module of their own, answering from a table. No

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pipelines.settings import ConfigError
-from pipelines.templates import new_job
+from pipelines.templates import SCAFFOLD, new_job
 
 pytestmark = pytest.mark.unit
 
@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def project(tmp_path):
-    for rel in ("pipelines/jobs", "conf/base", "tests/integration"):
+    for rel in ("pipelines/jobs", "conf/base", "tests/integration", "tests/unit"):
         (tmp_path / rel).mkdir(parents=True)
+    shutil.copytree(ROOT / SCAFFOLD, tmp_path / SCAFFOLD)
     for job in ("enrich", "windowed", "passthrough"):
         shutil.copy(ROOT / "pipelines" / "jobs" / f"{job}.py", tmp_path / "pipelines" / "jobs")
         shutil.copy(ROOT / "conf" / "base" / f"{job}.yaml", tmp_path / "conf" / "base")
@@ -70,6 +71,11 @@ def test_new_job_owns_its_topics_group_and_prefix(project, template):
     )
     compile(created.module.read_text(), str(created.module), "exec")
     compile(created.test.read_text(), str(created.test), "exec")
+    # The fast test: the scaffold file with only the job's name changed.
+    assert created.logic_test == project / "tests" / "unit" / "test_job_orders_logic.py"
+    scaffold = (project / SCAFFOLD / f"logic_{template}.py").read_text()
+    assert created.logic_test.read_text() == scaffold.replace("TEMPLATE_JOB", "orders")
+    assert 'JOB = "orders"' in created.logic_test.read_text()
 
 
 def test_cli_error_is_one_line(project):
@@ -109,6 +115,7 @@ def test_every_job_is_discovered_and_copyable(project):
     assert jobs.names(project / "pipelines" / "jobs") == jobs.names()
     created = new_job("copy_of_copy", "passthrough", project)
     assert "def test_copy_of_copy_copies_every_record_once" in created.test.read_text()
+    assert "def test_every_record_is_copied_as_it_is" in created.logic_test.read_text()
     again = new_job("third", "copy_of_copy", project)
     assert again.module.read_bytes() == created.module.read_bytes()
 
@@ -128,6 +135,7 @@ def test_a_beam_job_is_copied_with_its_own_config_and_smoke_test(project):
     assert created.module.read_bytes() == (ROOT / "pipelines" / "beam" / "enrich.py").read_bytes()
     assert yaml.safe_load(created.config.read_text())["source"]["topics"] == ["orders-in"]
     assert created.test.name == "test_beam_job_orders.py"
+    assert created.logic_test is None  # Beam's own TestPipeline covers its transforms
     assert '"beam", "run", "orders"' in created.test.read_text()
     compile(created.test.read_text(), str(created.test), "exec")
     with pytest.raises(ConfigError) as err:
