@@ -31,6 +31,7 @@ record, in the JVM.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,6 +62,7 @@ __all__ = [
     "dead_letter_sink",
     "declare_uses",
     "enrich",
+    "graph_of",
     "kafka_sink",
     "kafka_source",
     "late_record_sink",
@@ -114,14 +116,15 @@ class JobGraph:
 _GRAPHS: weakref.WeakKeyDictionary[Any, JobGraph] = weakref.WeakKeyDictionary()
 
 
-def _graph(env: StreamExecutionEnvironment) -> JobGraph:
+def graph_of(env: StreamExecutionEnvironment) -> JobGraph:
+    """The stages' record of one environment's job (pipelines.testing sets its test mode)."""
     return _GRAPHS.setdefault(env, JobGraph())
 
 
 def declare_uses(env: StreamExecutionEnvironment, uses: tuple[str, ...] | list[str]) -> None:
     """The external services the job's module declares (its USES), recorded once where the
     environment is made (pipelines.environment) and read by the stages that size by them."""
-    _graph(env).uses = tuple(uses)
+    graph_of(env).uses = tuple(uses)
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,7 @@ def kafka_source(
     the job's USES, as the environment recorded them (`declare_uses`)."""
     from pyflink.common import WatermarkStrategy
 
-    graph = _graph(env)
+    graph = graph_of(env)
     if graph.test_rows is not None:  # pipelines.testing: rows from a list, no Kafka
         stream = env.from_collection(graph.test_rows, type_info=origin_type_info()).name(name)
         return Rows(stream.uid(graph.claim(name)), graph)
@@ -203,18 +206,25 @@ def kafka_source(
     return Rows(stream, graph)
 
 
-def _sink_identity(graph: JobGraph, settings: Settings, name: str, id_suffix: str) -> None:
+def _write(
+    stream: DataStream,
+    graph: JobGraph,
+    settings: Settings,
+    name: str,
+    id_suffix: str,
+    make_sink: Callable[[], Any],
+    raw: bool = False,
+) -> None:
+    """Every sink's one way out: its uid and (exactly-once) transactional-id prefix claimed,
+    then `stream` written with `make_sink()`, or under pipelines.testing kept for
+    collection instead (no Kafka sink is built)."""
     graph.claim(name)
     if settings.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         graph.claim_transactional_id(f"{settings.sink.transactional_id_prefix}{id_suffix}", name)
-
-
-def _collected(graph: JobGraph, name: str, stream: DataStream, raw: bool = False) -> bool:
-    """Under pipelines.testing: the sink's stream kept for collection, not written."""
-    if graph.collected is None:
-        return False
-    graph.collected.append((name, stream, raw))
-    return True
+    if graph.collected is not None:
+        graph.collected.append((name, stream, raw))
+        return
+    stream.sink_to(make_sink()).name(name).uid(name)
 
 
 def kafka_sink(
@@ -232,10 +242,8 @@ def kafka_sink(
     than the default takes `-<name>` as its transactional-id suffix unless given one."""
     _expect(records, Records, "kafka_sink", _FIX_RECORDS)
     suffix = id_suffix if id_suffix is not None else ("" if name == "kafka-sink" else f"-{name}")
-    _sink_identity(records.graph, settings, name, suffix)
-    if not _collected(records.graph, name, records.stream):
-        sink = build_sink(settings, topic, id_suffix=suffix, key_field=key_field)
-        records.stream.sink_to(sink).name(name).uid(name)
+    _write(records.stream, records.graph, settings, name, suffix,
+           lambda: build_sink(settings, topic, id_suffix=suffix, key_field=key_field))  # fmt: skip
 
 
 def raw_kafka_sink(
@@ -249,10 +257,8 @@ def raw_kafka_sink(
     """Source rows to `topic` (default `sink.topic`) byte for byte (key, value, headers,
     timestamp), in the JVM."""
     _expect(rows, Rows, "raw_kafka_sink", _FIX_ROWS)
-    _sink_identity(rows.graph, settings, name, id_suffix)
-    if not _collected(rows.graph, name, rows.stream, raw=True):
-        sink = build_raw_sink(settings, topic, id_suffix=id_suffix)
-        rows.stream.sink_to(sink).name(name).uid(name)
+    _write(rows.stream, rows.graph, settings, name, id_suffix,
+           lambda: build_raw_sink(settings, topic, id_suffix=id_suffix), raw=True)  # fmt: skip
 
 
 def dead_letter_sink(
@@ -270,10 +276,9 @@ def dead_letter_sink(
         _expect(stream, Records, "dead_letter_sink", "hand it the dead letters a stage returned")
     first, rest = streams[0], streams[1:]
     dead = first.stream.union(*(s.stream for s in rest)) if rest else first.stream
-    _sink_identity(first.graph, settings, name, id_suffix)
-    if not _collected(first.graph, name, dead):
-        sink = build_sink(settings, topic or settings.sink.dead_letter_topic, id_suffix=id_suffix)
-        dead.sink_to(sink).name(name).uid(name)
+    topic = topic or settings.sink.dead_letter_topic
+    _write(dead, first.graph, settings, name, id_suffix,
+           lambda: build_sink(settings, topic, id_suffix=id_suffix))  # fmt: skip
 
 
 def late_record_sink(
@@ -287,10 +292,9 @@ def late_record_sink(
     """Records later than their window's allowed lateness to `topic` (default
     `window.late_topic`)."""
     _expect(late, Records, "late_record_sink", "hand it the late records window_counts returned")
-    _sink_identity(late.graph, settings, name, id_suffix)
-    if not _collected(late.graph, name, late.stream):
-        sink = build_sink(settings, topic or settings.window.late_topic, id_suffix=id_suffix)
-        late.stream.sink_to(sink).name(name).uid(name)
+    topic = topic or settings.window.late_topic
+    _write(late.stream, late.graph, settings, name, id_suffix,
+           lambda: build_sink(settings, topic, id_suffix=id_suffix))  # fmt: skip
 
 
 # ------------------------------------------------------------------ Python stages

@@ -33,7 +33,7 @@ from pipelines import jobs
 from pipelines.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
 from pipelines.lines import key_of, split_meta
 from pipelines.settings import Settings, load_settings
-from pipelines.stages import _graph
+from pipelines.stages import graph_of
 
 __all__ = ["TOPIC", "Output", "Record", "Written", "run", "settings_for"]
 
@@ -115,7 +115,7 @@ def run(
     # the side output before it ("Hash collision on user-specified ID"): kept apart here.
     extra = {**MINI_CLUSTER_ON_LOOPBACK, "python.operator-chaining.enabled": "false"}
     env = create_environment(settings, extra, uses=jobs.uses(module))
-    graph = _graph(env)
+    graph = graph_of(env)
     graph.test_rows = _rows(inputs)
     graph.collected = []
     build(env, settings)
