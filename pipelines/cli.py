@@ -22,11 +22,12 @@ from pipelines.kafka_clients import local_bootstrap
 from pipelines.loading import job_arguments, load, load_job, prepare
 from pipelines.logs import install_cli_handler
 from pipelines.offsets import OffsetWatcher
+from pipelines.packaging import package_job
 from pipelines.paths import LOCAL_DIR, PROJECT_ROOT
 from pipelines.runner import run_local
+from pipelines.scaffolding import new_job
 from pipelines.settings import SecretMask, effective_view
 from pipelines.settings.kafka_clients import librdkafka_config
-from pipelines.templates import new_job, package_job
 
 
 def seconds(text: str) -> float:

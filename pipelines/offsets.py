@@ -1,7 +1,7 @@
 """Committed offsets, log-end offsets and lag of a consumer group, read from the broker.
 
-The tool the report (shared/seeds/000) wrote by hand with AdminClient: watch a Flink job's
-group commit as checkpoints complete. It only reads; it never joins the group.
+What people otherwise write by hand with AdminClient: watch a Flink job's group commit as
+checkpoints complete. It only reads; it never joins the group.
 """
 
 from __future__ import annotations

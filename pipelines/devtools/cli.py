@@ -31,12 +31,12 @@ from pipelines.errors import Failure
 from pipelines.flink_run import flink_binary
 from pipelines.jobmanager import JobManager, JobManagerError, refuse_second_copy
 from pipelines.loading import load, prepare
+from pipelines.packaging import package_job
 from pipelines.paths import local_state, state_root
 from pipelines.processes import ProcessGroups
 from pipelines.settings import parse_duration_ms
 from pipelines.settings.kafka_clients import java_client_properties
 from pipelines.stopping import StopSignals
-from pipelines.templates import package_job
 
 
 def build_parser() -> argparse.ArgumentParser:

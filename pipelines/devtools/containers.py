@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.devtools.kafka_broker import SINGLE_NODE, Broker, broker_answers
+from pipelines.packaging import package_job, shippable
 from pipelines.paths import PROJECT_ROOT, local_state
 from pipelines.settings import load_settings
-from pipelines.templates import package_job, shippable
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ def ensure_kafka_image() -> str:
         shutil.copy2(path, context / path.name)
     for jar in libs:
         _link_or_copy(jar, context / "libs" / jar.name)
-    shippable(context)  # built under umask 077: see templates.shippable
+    shippable(context)  # built under umask 077: see packaging.shippable
     docker(
         "build",
         "-q",
@@ -349,7 +349,7 @@ def build_deploy_image(
     for path in wheels.iterdir():
         if path.name != ".inputs":
             _link_or_copy(path, context / "dist" / "wheels" / path.name)
-    shippable(context)  # built under umask 077: see templates.shippable
+    shippable(context)  # built under umask 077: see packaging.shippable
     docker(
         "build",
         "-q",

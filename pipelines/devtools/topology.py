@@ -57,8 +57,8 @@ from pipelines.devtools.ports import free_ports
 from pipelines.devtools.s3 import S3, S3Error
 from pipelines.jobmanager import JobManager, JobManagerError
 from pipelines.maven import copy_dependencies
+from pipelines.packaging import shippable
 from pipelines.paths import PROJECT_ROOT, local_state
-from pipelines.templates import shippable
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def _build_image(image: str, dockerfile: Path, context_files: dict[str, Path], i
                     _link_or_copy(item, dst / item.name)
             else:
                 _link_or_copy(src, dst)
-        shippable(context)  # built under umask 077: see templates.shippable
+        shippable(context)  # built under umask 077: see packaging.shippable
         docker(
             "build",
             "-q",

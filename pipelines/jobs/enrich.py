@@ -1,8 +1,8 @@
 """Kafka -> parse -> slow async enrichment -> Kafka, exactly once; bad records to dead letters.
 
-The job of shared/seeds/000: a slow external lookup per record. Done right: the lookup is
-async, so checkpoints (and the offset commits that ride on them) keep completing while
-thousands of lookups are in flight.
+A slow external lookup per record, done right: the lookup is async, so checkpoints (and
+the offset commits that ride on them) keep completing while thousands of lookups are in
+flight.
 """
 
 from __future__ import annotations

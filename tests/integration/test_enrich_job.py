@@ -39,7 +39,7 @@ def _decoded(kafka, topic) -> list[dict]:
 def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(
     kafka, names, enrichment_service
 ):
-    """shared/seeds/000 scaled down: 3 partitions, 3000 records, 250 ms lookups, 3 slots,
+    """The slow-lookup report scaled down: 3 partitions, 3000 records, 250 ms lookups, 3 slots,
     2 s checkpoints. The topic takes ~10 checkpoint intervals to work through."""
     total = 3000
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("out2"): 3, names("dlq"): 1})

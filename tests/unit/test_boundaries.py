@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.packaging import package_job
 from pipelines.settings import load_settings
-from pipelines.templates import package_job
 
 pytestmark = pytest.mark.unit
 

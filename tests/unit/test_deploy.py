@@ -11,8 +11,8 @@ import yaml
 
 from pipelines.devtools.containers import DEPLOY_IMAGE, DEPLOY_ROOT, deploy_command
 from pipelines.flink_run import flink_home
+from pipelines.packaging import package_job
 from pipelines.settings import load_settings
-from pipelines.templates import package_job
 
 pytestmark = pytest.mark.unit
 

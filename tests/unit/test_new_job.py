@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipelines.scaffolding import PLACEHOLDER, SCAFFOLD, new_job
 from pipelines.settings import ConfigError
-from pipelines.templates import SCAFFOLD, new_job
 
 pytestmark = pytest.mark.unit
 
@@ -71,10 +71,12 @@ def test_new_job_owns_its_topics_group_and_prefix(project, template):
     )
     compile(created.module.read_text(), str(created.module), "exec")
     compile(created.test.read_text(), str(created.test), "exec")
-    # The fast test: the scaffold file with only the job's name changed.
+    # Both tests: a scaffold file with only the job's name changed.
     assert created.logic_test == project / "tests" / "unit" / "test_job_orders_logic.py"
-    scaffold = (project / SCAFFOLD / f"logic_{template}.py").read_text()
-    assert created.logic_test.read_text() == scaffold.replace("TEMPLATE_JOB", "orders")
+    for made, file in ((created.logic_test, "logic"), (created.test, "smoke")):
+        scaffold = (project / SCAFFOLD / f"{file}_{template}.py").read_text()
+        assert PLACEHOLDER in scaffold
+        assert made.read_text() == scaffold.replace(PLACEHOLDER, "orders")
     assert 'JOB = "orders"' in created.logic_test.read_text()
 
 
@@ -136,7 +138,9 @@ def test_a_beam_job_is_copied_with_its_own_config_and_smoke_test(project):
     assert yaml.safe_load(created.config.read_text())["source"]["topics"] == ["orders-in"]
     assert created.test.name == "test_beam_job_orders.py"
     assert created.logic_test is None  # Beam's own TestPipeline covers its transforms
-    assert '"beam", "run", "orders"' in created.test.read_text()
+    scaffold = (ROOT / SCAFFOLD / "smoke_beam.py").read_text()
+    assert created.test.read_text() == scaffold.replace(PLACEHOLDER, "orders")
+    assert '"orders",' in created.test.read_text()
     compile(created.test.read_text(), str(created.test), "exec")
     with pytest.raises(ConfigError) as err:
         new_job("other", "beam-runner", project)
