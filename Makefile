@@ -67,7 +67,7 @@ beam-run: venv beam-setup kafka-up enrichment-up demo ## the enrich job as a Bea
 images: venv ## build the base, Kafka, deploy and topology images where a Docker engine answers (else say why)
 	$(CLI) docker build --deploy --topology --if-available
 
-topology-up: venv jars images ## the production-shaped cluster in containers (README "A production-shaped cluster here")
+topology-up: venv jars images ## the production-shaped cluster in containers (docs/operations.md)
 	$(CLI) topology up
 
 topology-down: venv ## remove every container and the network of the topology
@@ -88,7 +88,7 @@ bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON,
 bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records and cases
 	$(PY) -m bench.compare --quick
 
-chaos: venv jars images ## every fault x 3 trials x 50,000 records on the topology: bench/results/chaos.*, README table
+chaos: venv jars images ## every fault x 3 trials x 50,000 records on the topology: bench/results/chaos.*, table in docs/exactly-once.md
 	$(PY) -m bench.chaos
 
 chaos-smoke: venv jars images ## each fault once, passthrough, 3,000 records (what the tests run)
@@ -105,9 +105,10 @@ mutation: venv ## mutation testing of the pure modules (mutmut, [tool.mutmut]): 
 	  k, t, sv, nt = s["killed"] + s["timeout"], s["total"] - s["skipped"], s["survived"], s["no_tests"]; \
 	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {sv}, not reached by a test {nt})")'
 
-lint: venv ## ruff: pyflakes checks, import order and formatting (`make format` fixes the last two)
+lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two) and mypy over pipelines/
 	$(PY) -m ruff check pipelines tests bench
 	$(PY) -m ruff format --check pipelines tests bench
+	$(PY) -m mypy
 
 format: venv ## sort imports and format the code (ruff)
 	$(PY) -m ruff check --select I --fix pipelines tests bench

@@ -70,7 +70,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     parser = Parser(prog="pipelines", description=description)
     sub = parser.add_subparsers(dest="command", required=True)
-    parser.subcommands = sub
+    parser.subcommands = sub  # type: ignore[attr-defined]  # for subcommands() below
 
     run = job_parser(sub, "run", "run a job on a local Flink mini-cluster, with progress")
     run.add_argument(
@@ -162,7 +162,7 @@ def private_files() -> None:
 
 def subcommands(parser: argparse.ArgumentParser):
     """The parser's subcommand registry, for pipelines/devtools/cli.py to add to."""
-    return parser.subcommands
+    return getattr(parser, "subcommands")
 
 
 def main(

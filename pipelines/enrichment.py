@@ -172,7 +172,7 @@ class RecordEnricher:
             out = await self._enrich(record)
         except _Unexpected as wrapped:
             self.stats.add("unexpectedErrors")
-            return self._dead(record, self.budget.failed(wrapped.__cause__))
+            return self._dead(record, self.budget.failed(wrapped.__cause__ or wrapped))
         if isinstance(out, str):  # a dead-letter reason
             return self._dead(record, out)
         self.budget.ok()

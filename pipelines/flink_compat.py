@@ -13,6 +13,8 @@ import subprocess
 import threading
 from collections import deque
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
 
 from pipelines.loopback import preload_env
 
@@ -68,16 +70,18 @@ class _StderrTail:
 
     def __init__(self, lines: int = 50):
         self.lines: deque[str] = deque(maxlen=lines)
-        self.path = None
-        self._file = None
+        self.path: Path | None = None
+        self._file: TextIO | None = None
         self._lock = threading.Lock()
 
-    def log_to(self, path) -> None:
+    def log_to(self, path: Path) -> None:
         self.path = path
 
     def _write(self, line: str) -> None:
         """Append to the log; where it cannot be written (a read-only image), keep only the
         tail: the pump must go on draining, or the JVM blocks on a full pipe."""
+        if self.path is None:
+            return
         try:
             if self._file is None or self._file.name != str(self.path):
                 self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -125,5 +125,5 @@ def bind_grpc_to_loopback(module_name: str) -> None:
     import grpc
 
     module = importlib.import_module(module_name)
-    if not isinstance(module.grpc, _LoopbackGrpc):
-        module.grpc = _LoopbackGrpc(grpc)
+    if not isinstance(getattr(module, "grpc"), _LoopbackGrpc):
+        setattr(module, "grpc", _LoopbackGrpc(grpc))

@@ -11,6 +11,7 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -46,7 +47,7 @@ def _reference_for(dotted: str, source: str) -> Requirement:
 def _secrets_as_references(
     tree: dict, loaded: Loaded, needs: list[Requirement], prefix: str = ""
 ) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):

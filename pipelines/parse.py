@@ -18,6 +18,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import cast
 
 from pipelines import jsontext
 from pipelines.lines import join_lines, with_meta
@@ -78,7 +79,7 @@ def parse_value(
     event_time_field: str | None = None,
     origin_field: str | None = None,
     max_future_skew: int | None = None,
-) -> tuple[dict | None, str | None]:
+) -> tuple[dict, None] | tuple[None, str]:
     """(record, None) when valid; (None, reason) otherwise. Never raises for any bytes.
     Valid means readable by every later stage, the JVM's included (jsontext.jvm_problem)."""
     if value is None:
@@ -121,7 +122,7 @@ def check_record(
     event_time_field: str | None = None,
     origin_field: str | None = None,
     max_future_skew: int | None = None,
-) -> tuple[dict | None, str | None]:
+) -> tuple[dict, None] | tuple[None, str]:
     """A parsed value against the rules: (record, None) when valid, else (None, reason).
     An event time more than `max_future_skew` ms ahead of now would move the watermark
     past every later record of its partition: it is refused like a malformed one."""
@@ -329,7 +330,8 @@ def make_parse_function(
                 record = None
             if record is None:
                 self.dead += 1
-                return dead_letter(row, reason, job, dead_letter_max_bytes, stage)
+                # parse_value gives (None, reason), the budget a reason: always a str here
+                return dead_letter(row, cast(str, reason), job, dead_letter_max_bytes, stage)
             self.budget.ok()
             good.append(text)
             return None

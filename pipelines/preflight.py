@@ -173,9 +173,9 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
         }
         tx_log = None
         if exactly_once:
-            tx_log = tuple(
-                _broker_config(admin, metadata, key, timeout_s, ConfigResource)
-                for key in (TX_LOG_REPLICATION_KEY, TX_LOG_MIN_ISR_KEY)
+            tx_log = (
+                _broker_config(admin, metadata, TX_LOG_REPLICATION_KEY, timeout_s, ConfigResource),
+                _broker_config(admin, metadata, TX_LOG_MIN_ISR_KEY, timeout_s, ConfigResource),
             )
         out += durability_problems(len(metadata.brokers), written, tx_log)
 

@@ -156,12 +156,15 @@ class PidFile:
         try:
             pid, started = int(fields[0]), int(fields[1]) if len(fields) > 1 else None
         except (ValueError, IndexError):
-            return self._stale("it holds no pid")
+            self._stale("it holds no pid")
+            return None
         now = start_time(pid)
         if now is None:
-            return self._stale(f"pid {pid} is not running")
+            self._stale(f"pid {pid} is not running")
+            return None
         if (started is not None and now != started) or not _mentions(pid, self.marker):
-            return self._stale(f"pid {pid} is another process now")
+            self._stale(f"pid {pid} is another process now")
+            return None
         return pid
 
     def remove(self) -> None:

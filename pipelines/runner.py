@@ -33,6 +33,7 @@ from pipelines.flink_compat import (
     mini_cluster_rest_url,
 )
 from pipelines.jobmanager import DEFAULT_JOBMANAGER, JobManager, JobManagerError, refuse_second_copy
+from pipelines.jobs import Build
 from pipelines.loading import job_arguments, load_job, prepare
 from pipelines.logs import install_cli_handler
 from pipelines.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
@@ -43,10 +44,13 @@ from pipelines.settings import SecretMask
 from pipelines.stopping import CANCEL_TIMEOUT_S, SAVEPOINT_TIMEOUT_S, StopRequested, StopSignals
 from pipelines.worker_output import WorkerOutput, thread_errors_to, worker_log_path
 
+# What a job module may rely on (its `__main__` block); the rest serves the CLI.
+__all__ = ["job_main"]
+
 log = logging.getLogger(__name__)
 
 
-def job_main(build, argv: list[str] | None = None) -> None:
+def job_main(build: Build, argv: list[str] | None = None) -> None:
     """What a job module runs as __main__: works standalone and under `flink run`. The
     job's name is its module's.
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from pipelines.enrichment import apply_enrichment
 from pipelines.flink_compat import java_stream, python_stream, window_counts_in_jvm
@@ -315,6 +315,38 @@ def batch_records(rows: Rows, size: int, delay_ms: int, *, name: str = "batch") 
     return rows.derive(python_stream(j_batched).name(name).uid(rows.graph.claim(name)))
 
 
+@overload
+def parse(
+    raw: Rows,
+    settings: Settings,
+    *,
+    name: str = "parse",
+    batch_size: int | None = None,
+    batch_delay: int | None = None,
+    per_record: Literal[False] = False,
+    event_time_field: str | None = None,
+    trace_timing: bool = False,
+    extra_required: dict[str, FieldType] | None = None,
+    carry_metadata: bool = True,
+) -> tuple[Batches, Records]: ...
+
+
+@overload
+def parse(
+    raw: Rows,
+    settings: Settings,
+    *,
+    name: str = "parse",
+    batch_size: int | None = None,
+    batch_delay: int | None = None,
+    per_record: Literal[True],
+    event_time_field: str | None = None,
+    trace_timing: bool = False,
+    extra_required: dict[str, FieldType] | None = None,
+    carry_metadata: bool = True,
+) -> tuple[Records, Records]: ...
+
+
 def parse(
     raw: Rows,
     settings: Settings,
@@ -427,8 +459,9 @@ def enrich(
         if name == "enrich"
         else (name, f"{name}-records", f"{name}-dead-letters")
     )
+    enrich_uid, enriched_uid, dead_uid = (graph.claim(u) for u in uids)
     out, dead = apply_enrichment(
-        parsed.stream, settings, client_factory, uids=tuple(graph.claim(u) for u in uids)
+        parsed.stream, settings, client_factory, uids=(enrich_uid, enriched_uid, dead_uid)
     )
     return Records(out, graph), Records(dead, graph)
 

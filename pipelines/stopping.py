@@ -41,7 +41,7 @@ class StopSignals:
         self.owner = owner
         self.deadline_s = deadline_s
         self.requested: str | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, signal._HANDLER] = {}
         self._done = threading.Event()
 
     def install(self) -> "StopSignals":

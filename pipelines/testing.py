@@ -114,7 +114,7 @@ def run(
     # PyFlink fuses chained Python operators, and a fused collecting map took over the uid of
     # the side output before it ("Hash collision on user-specified ID"): kept apart here.
     extra = {**MINI_CLUSTER_ON_LOOPBACK, "python.operator-chaining.enabled": "false"}
-    env = create_environment(settings, extra, uses=jobs.uses(module))
+    env = create_environment(settings, extra, uses=jobs.uses(module) if module else ())
     graph = graph_of(env)
     graph.test_rows = _rows(inputs)
     graph.collected = []
@@ -145,7 +145,7 @@ def run(
     return out
 
 
-def _resolve(job) -> tuple[Callable, ModuleType | None]:
+def _resolve(job: str | ModuleType | Callable) -> tuple[Callable, ModuleType | None]:
     if isinstance(job, str):
         module = jobs.load(job)
         return module.build, module
@@ -182,7 +182,7 @@ def _rows(inputs: Iterable) -> list:
 def _tagger(name: str, raw: bool) -> Callable[[Any], str]:
     if raw:
 
-        def tag_row(row) -> str:
+        def tag_row(row: Any) -> str:
             key, value = row[4], row[5]
             encoded = [
                 None if b is None else base64.b64encode(bytes(b)).decode() for b in (key, value)

@@ -7,6 +7,7 @@ import io
 import logging
 import threading
 from pathlib import Path
+from typing import TextIO
 
 from pipelines.paths import worker_log
 
@@ -23,7 +24,7 @@ class WorkerOutput(io.TextIOBase):
     def __init__(self, terminal, path: Path):
         self.terminal = terminal
         self.path = path
-        self._file = None
+        self._file: TextIO | None = None
 
     def write(self, text: str) -> int:
         if threading.current_thread() is threading.main_thread():

@@ -3,6 +3,8 @@ failed lookups to the dead-letter topic. At least once (see pipelines/beam/__ini
 
 from __future__ import annotations
 
+from typing import cast
+
 import apache_beam as beam
 
 from pipelines import stages
@@ -36,6 +38,9 @@ def build(pipeline, settings: Settings, expansion_service: str) -> None:
         | "DeadLetters" >> beam.Flatten()
         | "WriteDeadLetters"
         >> WriteRecords(
-            settings, settings.sink.dead_letter_topic, expansion_service, counter="deadLetters"
+            settings,
+            cast(str, settings.sink.dead_letter_topic),  # required above
+            expansion_service,
+            counter="deadLetters",
         )
     )

@@ -158,7 +158,8 @@ class OutputCounter:
 
         conf = client_config(settings.kafka.bootstrap_servers, librdkafka_config(settings.kafka))
         self.consumer = Consumer({**conf, "group.id": "pipelines-progress"})
-        self.topics = {"out": settings.sink.topic, "dead letters": settings.sink.dead_letter_topic}
+        topics = {"out": settings.sink.topic, "dead letters": settings.sink.dead_letter_topic}
+        self.topics = {label: topic for label, topic in topics.items() if topic}
         self.start = {label: self._end(topic) or 0 for label, topic in self.topics.items()}
         self.last = dict.fromkeys(self.topics, 0)
 

@@ -8,6 +8,7 @@ pipelines.enrichment): the same record gives the same output and the same dead l
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -15,10 +16,20 @@ from apache_beam.metrics import Metrics
 from pipelines import jsontext
 from pipelines.enrichment import EnrichStats, enricher_for
 from pipelines.lines import DEAD_MARK, key_of, split_meta, with_meta
+from pipelines.lookups import ClientFactory
 from pipelines.parse import dead_letter, origin_block, parse_value
 from pipelines.settings import ConfigError, OffsetReset, Settings, StartMode
 from pipelines.settings.kafka_clients import java_client_properties
 from pipelines.settings.secrets import without_secrets
+
+__all__ = [
+    "ConfigUnsupported",
+    "EnrichRecords",
+    "ParseRecords",
+    "ReadRecords",
+    "WriteRecords",
+    "consumer_config",
+]
 
 DEAD = "dead_letters"
 
@@ -28,6 +39,11 @@ class ConfigUnsupported(ConfigError):
 
 
 def consumer_config(settings: Settings) -> dict[str, str]:
+    if not settings.source.group_id:
+        raise ConfigUnsupported(
+            "source.group_id: the Beam pipeline needs one (KafkaIO commits the offsets it "
+            "finalized to it, and a rerun resumes from them); e.g. --set source.group_id=NAME"
+        )
     start = settings.source.start
     if start.mode is StartMode.GROUP_OFFSETS:
         reset = {
@@ -98,7 +114,8 @@ class _ParseFn(beam.DoFn):
         if record is None:
             self.dead.inc()
             yield beam.pvalue.TaggedOutput(
-                DEAD, dead_letter(row, reason, s.job.name, s.sink.dead_letter_bytes(s.kafka))
+                DEAD,
+                dead_letter(row, cast(str, reason), s.job.name, s.sink.dead_letter_bytes(s.kafka)),
             )
             return
         if s.parse.origin_field:
@@ -127,7 +144,7 @@ class _EnrichBatchFn(beam.DoFn):
     enrichment stage and the job's lookup client. A bundle's last partial batch goes at
     its end, so nothing waits for more input."""
 
-    def __init__(self, settings: Settings, client_factory):
+    def __init__(self, settings: Settings, client_factory: ClientFactory):
         self.settings = settings
         self.client_factory = client_factory
         self.batch_size = settings.enrichment.effective_batch_size()
@@ -162,10 +179,10 @@ class _EnrichBatchFn(beam.DoFn):
         for text, ((key, _), timestamp, window) in zip(texts, batch):
             if text.startswith(DEAD_MARK):
                 yield beam.pvalue.TaggedOutput(
-                    DEAD, WindowedValue(text[len(DEAD_MARK) :], timestamp, [window])
+                    DEAD, WindowedValue(text[len(DEAD_MARK) :], timestamp, (window,))
                 )
             else:  # the input record's key travels with it, as in the PyFlink job
-                yield WindowedValue(with_meta(key, None, None, text), timestamp, [window])
+                yield WindowedValue(with_meta(key, None, None, text), timestamp, (window,))
         for name, count in self.enricher.stats.counts.items():
             if count != self.reported[name]:
                 self.counters[name].inc(count - self.reported[name])
@@ -182,7 +199,7 @@ class EnrichRecords(beam.PTransform):
     """JSON records -> enriched JSON text; failed lookups to `dead_letters` (the
     enrichment failure policy of the `enrichment:` settings)."""
 
-    def __init__(self, settings: Settings, client_factory):
+    def __init__(self, settings: Settings, client_factory: ClientFactory):
         super().__init__()
         self.settings = settings
         self.client_factory = client_factory

@@ -64,7 +64,7 @@ def trial_values(job: str, count: int, bad_every: int) -> list[tuple[bytes, byte
     and a per-key sequence (order is checked per key); enrich records every `bad_every`-th
     malformed (dead letters are checked by origin) and no key (round-robin, so each
     record's partition and offset are known)."""
-    out = []
+    out: list[tuple[bytes, bytes | None]] = []
     for i in range(count):
         if job == "passthrough":
             key = f"k{i % KEYS}"
@@ -99,6 +99,11 @@ class Producer(threading.Thread):
             logger=LIBRDKAFKA_QUIET,  # a broker's absence is the point of the trial
         )
         failed: list = []
+
+        def delivered(err, _msg) -> None:
+            if err:
+                failed.append(err)
+
         started = time.monotonic()
         for i, (value, key) in enumerate(self.values):
             due = started + i / self.rate
@@ -110,7 +115,7 @@ class Producer(threading.Thread):
                     producer.produce(
                         self.topic,
                         value,
-                        on_delivery=lambda err, _m: err and failed.append(err),
+                        on_delivery=delivered,
                         **kwargs,
                     )
                     break
@@ -458,7 +463,10 @@ def rescale(ctx: Context) -> None:
     offset must reach the log end (no transaction of the larger job left open)."""
     for parallelism in (2, 4):
         stop = _cli("jobs", "stop", ctx.job_id, "--jobmanager", ctx.topology.jobmanager)
-        savepoint = re.search(r"savepoint written to (\S+)", stop.stdout).group(1)
+        written = re.search(r"savepoint written to (\S+)", stop.stdout)
+        if written is None:
+            raise RuntimeError(f"no savepoint path in `jobs stop`'s output: {stop.stdout!r}")
+        savepoint = written.group(1)
         ctx.note(f"stopped with a savepoint {savepoint}")
         sets = [v for k, v in zip(ctx.args[::2], ctx.args[1::2]) if k == "--set"]
         sets = [v for v in sets if not v.startswith("job.parallelism=")]
@@ -623,8 +631,8 @@ def _check(result: Result, topology: Topology, job: str, names, values, expected
     except Exception as exc:  # noqa: BLE001 - a read that cannot finish is a finding
         result.error = result.error or f"reading the output back: {exc}"
         return
-    ids = Counter()
-    by_offset = {}
+    ids: Counter[int] = Counter()
+    by_offset: dict[tuple[int, int], bytes] = {}
     for m in final:
         record = json.loads(m.value())
         ids[record["id"]] += 1

@@ -399,7 +399,7 @@ def owner_labels() -> dict[str, str]:
 
 def remove_owned() -> list[str]:
     """Remove every container and network this checkout started (`make clean`)."""
-    removed = []
+    removed: list[str] = []
     label = f"label={OWNER_LABEL}={PROJECT_ROOT}"
     if docker_problem(timeout=5):
         return removed
@@ -471,7 +471,7 @@ class ContainerBroker:
             container.with_env(key, value)
         # Published on 127.0.0.1 only (with_bind_ports binds every address): docker-py's
         # (ip, port) form, which testcontainers hands through as it is.
-        container.ports = {f"{self.port}/tcp": ("127.0.0.1", self.port)}
+        container.ports = {f"{self.port}/tcp": ("127.0.0.1", self.port)}  # type: ignore[dict-item]
         container.with_network(self._network)
         container.with_network_aliases(self.alias)
         container.with_name(self.name)

@@ -118,7 +118,7 @@ class S3:
             if status != 200:
                 raise S3Error(f"listing s3://{bucket}/{prefix}: {status} {_code(body)}")
             root = ET.fromstring(body)
-            keys += [c.findtext(f"{_NS}Key") for c in root.iter(f"{_NS}Contents")]
+            keys += [c.findtext(f"{_NS}Key", "") for c in root.iter(f"{_NS}Contents")]
             token = root.findtext(f"{_NS}NextContinuationToken")
             if root.findtext(f"{_NS}IsTruncated") != "true" or not token:
                 return keys

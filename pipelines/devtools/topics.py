@@ -10,7 +10,7 @@ Each function takes the broker as a bootstrap string or as a librdkafka config (
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -119,7 +119,7 @@ def produce(
     header_iter = iter(headers) if headers is not None else None
     count = 0
     for value in values:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if partition is not None:
             kwargs["partition"] = partition
         elif spread:

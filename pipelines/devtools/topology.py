@@ -37,6 +37,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from pipelines.devtools import containers
 from pipelines.devtools.containers import (
@@ -411,7 +412,9 @@ class Topology:
             "--label", f"{TOPOLOGY_LABEL}={self.name}",
         ]  # fmt: skip
 
-    def _run(self, role: str, image: str, *args: str, publish: list[str] = (), env=None, mounts=()):
+    def _run(
+        self, role: str, image: str, *args: str, publish: Sequence[str] = (), env=None, mounts=()
+    ):
         cmd = [
             "run", "-d", "--name", self.container(role), "--hostname", role,
             "--network", self.name, "--network-alias", role, *self._labels(),

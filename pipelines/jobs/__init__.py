@@ -18,8 +18,38 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    from pipelines.lookups import EnrichmentClient
+    from pipelines.settings import Settings
+
+__all__ = [
+    "Build",
+    "JobModule",
+    "UnknownJob",
+    "load",
+    "lookup_client",
+    "name_of",
+    "names",
+    "uses",
+]
+
+Build = Callable[["StreamExecutionEnvironment", "Settings"], None]
+"""A job's pipeline: `build(env, settings)` adds its stages to `env` and returns nothing."""
+
+
+class JobModule(Protocol):
+    """The contract of a job module (the module docstring says what each part is for).
+    `USES` and `lookup_client` are optional: `uses` and `lookup_client` below read them."""
+
+    def build(self, env: StreamExecutionEnvironment, settings: Settings) -> None: ...
+
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 JOBS_DIR = Path(__file__).resolve().parent
@@ -51,7 +81,7 @@ def load(name: str) -> ModuleType:
         raise
 
 
-def name_of(build) -> str:
+def name_of(build: Callable[..., Any]) -> str:
     """A job's name, from the module its `build` is defined in (also when that module runs
     as __main__ under `python -m` or `flink run --pyModule`)."""
     module = sys.modules[build.__module__]
@@ -63,7 +93,7 @@ def uses(module: ModuleType) -> tuple[str, ...]:
     return tuple(getattr(module, "USES", ()))
 
 
-def lookup_client(module: ModuleType, settings):
+def lookup_client(module: ModuleType, settings: Settings) -> EnrichmentClient | None:
     """The job's enrichment client, if it has one (for preflight), else None."""
     factory = getattr(module, "lookup_client", None)
     return factory(settings) if callable(factory) else None

@@ -7,10 +7,15 @@ flight.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipelines import stages
 from pipelines.lookups import EnrichmentClient
 from pipelines.lookups.http_demo import DemoHttpClient
 from pipelines.settings import Settings
+
+if TYPE_CHECKING:
+    from pyflink.datastream import StreamExecutionEnvironment
 
 # External services this job calls: preflight checks that each answers; lookups size polls.
 USES = ("enrichment",)
@@ -23,7 +28,7 @@ def lookup_client(settings: Settings) -> EnrichmentClient:
     return DemoHttpClient.from_settings(settings)
 
 
-def build(env, settings: Settings) -> None:
+def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     stages.require(
         settings,
         "sink.dead_letter_topic",

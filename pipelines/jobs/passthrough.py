@@ -8,11 +8,16 @@ go to dead letters. Copy this when a job needs no enrichment.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipelines import stages
 from pipelines.settings import Settings
 
+if TYPE_CHECKING:
+    from pyflink.datastream import StreamExecutionEnvironment
 
-def build(env, settings: Settings) -> None:
+
+def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     raw = stages.kafka_source(env, settings)
     if not settings.parse.validate_records:
         stages.raw_kafka_sink(raw, settings)

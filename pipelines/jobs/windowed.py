@@ -9,11 +9,16 @@ accepted (watermarks.py, flink_compat.window_counts_in_jvm).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipelines import stages
 from pipelines.settings import FieldType, Settings
 
+if TYPE_CHECKING:
+    from pyflink.datastream import StreamExecutionEnvironment
 
-def build(env, settings: Settings) -> None:
+
+def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     for key in ("sink.dead_letter_topic", "window.late_topic"):
         stages.require(settings, key, "records must never be silently dropped")
     raw = stages.kafka_source(env, settings)

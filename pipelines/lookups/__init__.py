@@ -31,7 +31,19 @@ function of the job, say), and the client is used from one asyncio event loop.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from pipelines.settings import Settings
+
+__all__ = [
+    "BatchEnrichmentClient",
+    "ClientFactory",
+    "EnrichmentClient",
+    "EnrichmentFailed",
+    "PermanentLookupError",
+    "TransientLookupError",
+]
 
 
 class EnrichmentFailed(Exception):
@@ -56,7 +68,14 @@ class EnrichmentClient(Protocol):
     async def close(self) -> None: ...
 
 
-ClientFactory = Callable[..., EnrichmentClient]
+@runtime_checkable
+class BatchEnrichmentClient(EnrichmentClient, Protocol):
+    """A client that also looks records up in one round trip (`enrichment.coalesce`)."""
+
+    async def lookup_batch(self, records: list[dict]) -> list[dict | EnrichmentFailed]: ...
+
+
+ClientFactory = Callable[["Settings"], EnrichmentClient]
 """`factory(settings) -> EnrichmentClient`, called once per worker when the stage opens."""
 
 

@@ -7,7 +7,16 @@ and its record field (`company`). Replace it, not the stage, to call your own se
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipelines.lookups import EnrichmentFailed, PermanentLookupError, TransientLookupError
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from pipelines.settings import Settings
+
+__all__ = ["DemoHttpClient", "http_error"]
 
 
 def http_error(status: int, url: str) -> EnrichmentFailed:
@@ -32,16 +41,16 @@ class DemoHttpClient:
         self.batch_url = self.base + "/lookup/batch"
         self.health_url = health_url
         self.max_connections = max_connections
-        self._session = None
+        self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    def from_settings(cls, settings) -> "DemoHttpClient":
+    def from_settings(cls, settings: Settings) -> DemoHttpClient:
         """From the `enrichment:` settings: url, health_url, and one connection per lookup
         in flight (capacity)."""
         cfg = settings.enrichment
         return cls(cfg.url, cfg.capacity, cfg.health_url)
 
-    async def _ensure(self):
+    async def _ensure(self) -> aiohttp.ClientSession:
         if self._session is None:
             import aiohttp
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # org.apache.kafka.common.security.scram.ScramLoginModule" (seen here). Any class named in
 # kafka.properties (OAUTHBEARER's login module, callback handlers) needs the prefix too.
 SHADED = "org.apache.flink.kafka.shaded."
-LOGIN_MODULES = {
+LOGIN_MODULES: dict[SaslMechanism | None, str] = {
     SaslMechanism.PLAIN: SHADED + "org.apache.kafka.common.security.plain.PlainLoginModule",
     SaslMechanism.SCRAM_SHA_256: SHADED + "org.apache.kafka.common.security.scram.ScramLoginModule",
     SaslMechanism.SCRAM_SHA_512: SHADED + "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -65,14 +65,14 @@ def java_security_properties(sec: KafkaSecurity, shaded: bool = True) -> dict[st
         props["ssl.endpoint.identification.algorithm"] = (
             "https" if sec.ssl_hostname_verification else ""
         )
-    if sec.ssl_truststore_location:
+    if sec.ssl_truststore_location and (trust := sec.truststore_type()):
         props["ssl.truststore.location"] = sec.ssl_truststore_location
-        props["ssl.truststore.type"] = sec.truststore_type().value
-        if sec.ssl_truststore_password and sec.truststore_type() is not StoreType.PEM:
+        props["ssl.truststore.type"] = trust.value
+        if sec.ssl_truststore_password and trust is not StoreType.PEM:
             props["ssl.truststore.password"] = sec.ssl_truststore_password.get_secret_value()
-    if sec.ssl_keystore_location:
+    if sec.ssl_keystore_location and (keys := sec.keystore_type()):
         props["ssl.keystore.location"] = sec.ssl_keystore_location
-        props["ssl.keystore.type"] = sec.keystore_type().value
+        props["ssl.keystore.type"] = keys.value
         if sec.ssl_keystore_password:
             props["ssl.keystore.password"] = sec.ssl_keystore_password.get_secret_value()
         if sec.ssl_key_password:
@@ -156,10 +156,12 @@ def _stamp(*parts: str | bytes) -> str:
     return h.hexdigest()[:20]
 
 
-def _converted(key: str, location: str, secret, as_is: bool, name: str, convert) -> Path:
+def _converted(key: str, location: str | None, secret, as_is: bool, name: str, convert) -> Path:
     """The store at `location` as librdkafka reads it: itself when `as_is`, else
     `convert(source, password, out)` once into a file named by the store's content and
     password (cached in a directory only this user can read)."""
+    if location is None:
+        raise ConfigError(f"{key}: not set")
     source = Path(location).expanduser()
     if not source.is_file():
         raise ConfigError(f"{key}: {source} does not exist")
@@ -181,7 +183,7 @@ def pem_truststore(sec: KafkaSecurity) -> Path:
     def export(source: Path, password: str, out: Path) -> None:
         listing = _keytool(
             "-list", "-rfc", "-keystore", str(source),
-            "-storetype", kind.value, "-storepass:env", KEYTOOL_PASSWORD_ENV,
+            "-storetype", (kind or StoreType.JKS).value, "-storepass:env", KEYTOOL_PASSWORD_ENV,
             key=key, password=password,
         )  # fmt: skip
         blocks = _pem_blocks(listing)

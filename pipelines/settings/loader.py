@@ -218,7 +218,7 @@ def load_settings(
     `local` False leaves conf/local out: an image or package built for others takes
     nothing from this machine's own overrides."""
     conf = Path(conf_dir) if conf_dir else paths.conf_dir()
-    environ = os.environ if environ is None else environ
+    environ = dict(os.environ) if environ is None else environ
     tree: dict[str, Any] = {"job": {"name": job}}
     sources: dict[str, str] = {"job.name": DEFAULT_SOURCE}
 

@@ -88,10 +88,11 @@ class KafkaSecurity(Model):
         sasl = self.protocol.value.startswith("SASL")
         if sasl and self.sasl_mechanism is None:
             raise ValueError(f"{self.protocol.value} needs sasl_mechanism")
-        if sasl and self.sasl_mechanism is not SaslMechanism.OAUTHBEARER:
+        mechanism = self.sasl_mechanism
+        if sasl and mechanism is not None and mechanism is not SaslMechanism.OAUTHBEARER:
             if not (self.username and self.password):
                 raise ValueError(
-                    f"SASL {self.sasl_mechanism.value} needs username and password "
+                    f"SASL {mechanism.value} needs username and password "
                     "(password as ${env:NAME} or ${file:path})"
                 )
         if not sasl and self.sasl_mechanism is not None:

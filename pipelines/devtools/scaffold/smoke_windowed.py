@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,9 @@ BASE = 1_700_000_000_000
 
 
 def test_TEMPLATE_JOB_counts_every_window(kafka, names):
-    records = [{"id": i, "key": "k" + str(i % 3), "ts": BASE + i * 250} for i in range(200)]
+    records: list[dict[str, Any]] = [
+        {"id": i, "key": "k" + str(i % 3), "ts": BASE + i * 250} for i in range(200)
+    ]
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1, names("late"): 1})
     produce(kafka, names("in"), [json.dumps(r) for r in records])
     run_cli(

@@ -1,0 +1,178 @@
+"""The template's public API, pinned: what a job may import (each public module's `__all__`)
+and the signature of every callable in it. A change here is a change users feel: make it on
+purpose, then regenerate the pin (`python -m tests.unit.test_public_api >
+tests/unit/public_api.txt`) so the diff shows in review. The jobs, the Beam pipeline and the
+files `pipelines new` writes import nothing else from the project."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+PIN = Path(__file__).with_name("public_api.txt")
+
+PUBLIC = {
+    "pipelines.stages": [
+        "Batches", "Records", "Rows", "StageError", "batch_records", "dead_letter_sink",
+        "declare_uses", "enrich", "graph_of", "kafka_sink", "kafka_source",
+        "late_record_sink", "parse", "parse_for_enrichment", "raw_kafka_sink", "records",
+        "require", "window_counts",
+    ],
+    "pipelines.lookups": [
+        "BatchEnrichmentClient", "ClientFactory", "EnrichmentClient", "EnrichmentFailed",
+        "PermanentLookupError", "TransientLookupError",
+    ],
+    "pipelines.lookups.http_demo": ["DemoHttpClient", "http_error"],
+    "pipelines.jobs": [
+        "Build", "JobModule", "UnknownJob", "load", "lookup_client", "name_of", "names", "uses",
+    ],
+    "pipelines.runner": ["job_main"],
+    "pipelines.testing": ["TOPIC", "Output", "Record", "Written", "run", "settings_for"],
+    "pipelines.beam.transforms": [
+        "ConfigUnsupported", "EnrichRecords", "ParseRecords", "ReadRecords", "WriteRecords",
+        "consumer_config",
+    ],
+    "pipelines.settings": [
+        "BeamRunner", "BeamSettings", "CheckpointMode", "CheckpointSettings", "ConfigError",
+        "DURATION_FIELDS", "DeliveryGuarantee", "ENV_PREFIX", "EnrichmentOperator",
+        "EnrichmentSettings", "ErrorSettings", "FaultSettings", "FieldType", "IsolationLevel",
+        "JobSettings", "KafkaConnection", "KafkaSecurity", "Loaded", "OffsetReset", "OnFailure",
+        "ParseSettings", "PartitionOffset", "PythonSettings", "RestartSettings",
+        "RestartStrategy", "Retention", "SaslMechanism", "SecretMask", "SecurityProtocol",
+        "Settings", "SinkSettings", "SourceSettings", "StartMode", "StartPosition", "StoreType",
+        "WatermarkSettings", "WindowSettings", "effective_view", "format_ms", "is_secret_key",
+        "load_settings", "mask_value", "parse_duration_ms", "secret_values",
+    ],
+}  # fmt: skip
+
+# Test support the generated tests use; not API for a job (a job never imports devtools).
+TEST_SUPPORT = {"pipelines.devtools.demo", "pipelines.devtools.topics",
+                "pipelines.devtools.enrichment_service"}  # fmt: skip
+
+# Settings are pydantic models: their keys are pinned by the configuration reference test.
+SIGNATURES_OF = [m for m in PUBLIC if m != "pipelines.settings"]
+
+
+def _describe(qualified: str, obj: object) -> list[str]:
+    if inspect.isclass(obj):
+        if dataclasses.is_dataclass(obj):
+            fields = ", ".join(f"{f.name}: {f.type}" for f in dataclasses.fields(obj))
+            lines = [f"{qualified}({fields})"]
+        else:
+            bases = ", ".join(b.__name__ for b in obj.__bases__)
+            lines = [f"class {qualified}({bases})"]
+        for name, member in sorted(vars(obj).items()):
+            if name.startswith("_") and name != "__init__":
+                continue
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            if isinstance(member, property):
+                lines.append(f"{qualified}.{name}: property")
+            elif inspect.isfunction(member):
+                if name == "__init__" and (
+                    dataclasses.is_dataclass(obj) or getattr(obj, "_is_protocol", False)
+                ):
+                    continue  # its fields say it, or it has none (a Protocol)
+                lines.append(f"{qualified}.{name}{inspect.signature(member)}")
+        return lines
+    if callable(obj) and inspect.isfunction(obj):
+        return [f"{qualified}{inspect.signature(obj)}"]
+    return [f"{qualified} = {obj!r}"]
+
+
+def describe() -> str:
+    """Every public callable's signature, one per line (classes: their public methods)."""
+    lines = []
+    for module_name in SIGNATURES_OF:
+        module = importlib.import_module(module_name)
+        for name in sorted(module.__all__):
+            lines += _describe(f"{module_name}.{name}", getattr(module, name))
+    return "\n".join(lines).replace(str(ROOT), "<root>") + "\n"
+
+
+@pytest.mark.parametrize("module_name", sorted(PUBLIC))
+def test_each_public_module_declares_what_is_pinned(module_name):
+    module = importlib.import_module(module_name)
+    assert sorted(module.__all__) == sorted(PUBLIC[module_name])
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert missing == [], f"{module_name}.__all__ names what it does not define"
+
+
+def test_signatures_match_the_pin():
+    now = describe()
+    diff = "".join(
+        difflib.unified_diff(
+            PIN.read_text().splitlines(True), now.splitlines(True), "pinned", "now"
+        )
+    )
+    assert not diff, (
+        "the public API changed; if that is meant, regenerate tests/unit/public_api.txt "
+        f"(python -m tests.unit.test_public_api > tests/unit/public_api.txt):\n{diff}"
+    )
+
+
+def _project_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) for each `from pipelines... import name` and `import pipelines...`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipelines"):
+            for alias in node.names:
+                found.append((node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, "") for a in node.names if a.name.startswith("pipelines")]
+    return found
+
+
+TEMPLATES = sorted(
+    [
+        *(ROOT / "pipelines" / "jobs").glob("[a-z]*.py"),
+        ROOT / "pipelines" / "beam" / "enrich.py",
+        *(ROOT / "pipelines" / "devtools" / "scaffold").glob("[a-z]*.py"),
+    ]
+)
+
+
+def public_use_problems(path: Path) -> list[str]:
+    problems = []
+    test_file = path.parent.name == "scaffold"
+    for module, name in _project_imports(path):
+        if module == "pipelines" and f"pipelines.{name}" in PUBLIC:
+            continue  # from pipelines import stages
+        if module in PUBLIC and name in PUBLIC[module]:
+            continue
+        if test_file and module in TEST_SUPPORT:
+            continue
+        problems.append(f"{path.name}: {module}.{name or '*'} is not public API")
+    return problems
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_what_users_copy_imports_only_the_public_api(path):
+    assert public_use_problems(path) == []
+
+
+def test_a_private_import_is_found(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(
+        "from pipelines import stages\nfrom pipelines.parse import parse_value\n"
+        "from pipelines.runner import run_local, job_main\n"
+        "from pipelines.devtools.topics import read_all\n"
+    )
+    assert public_use_problems(job) == [
+        "job.py: pipelines.parse.parse_value is not public API",
+        "job.py: pipelines.runner.run_local is not public API",
+        "job.py: pipelines.devtools.topics.read_all is not public API",
+    ]
+
+
+if __name__ == "__main__":
+    print(describe(), end="")
