@@ -1,7 +1,7 @@
 """`make chaos`: every fault of pipelines.devtools.chaos, several trials each, for the enrich
 job (lookups at 20 ms) and passthrough, on the production-shaped cluster; results as JSON
 (every trial, with its events) and a table (per job and fault: trials, records, lost,
-duplicated, recovery median / max) in bench/results/, the table copied into README.md.
+duplicated, recovery median / max) in bench/results/, the table copied into docs/exactly-once.md.
 
 `--smoke`: each fault once on passthrough with fewer records (what `make test` runs, as
 tests in tests/integration/test_topology.py), results to .local/chaos-smoke.*. Trials print
@@ -22,14 +22,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench.compare import readme_with_table
+from bench.compare import page_with_table
 from pipelines.devtools.chaos import ALL_FAULTS, Result, run_trial
 from pipelines.devtools.topology import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-README = ROOT / "README.md"
-README_BLOCK = ("<!-- chaos:results -->\n```\n", "```\n<!-- /chaos:results -->")
+PAGE = ROOT / "docs" / "exactly-once.md"  # its results block holds chaos.txt
+BLOCK = ("<!-- chaos:results -->\n```\n", "```\n<!-- /chaos:results -->")
 
 
 def table(results: list[Result]) -> str:
@@ -78,14 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report",
         action="store_true",
-        help="only write the table of the trials in bench/results/chaos.json (and the README's)",
+        help="only write the table of the trials in bench/results/chaos.json (and docs/exactly-once.md's)",
     )
     args = parser.parse_args(argv)
     if args.report:
         text = table(recorded("chaos"))
         print(text)
         (RESULTS / "chaos.txt").write_text(text + "\n")
-        README.write_text(readme_with_table(README.read_text(), text, README_BLOCK))
+        PAGE.write_text(page_with_table(PAGE.read_text(), text, BLOCK))
         return 0
     rate = 1500.0  # records a second: 50,000 take ~35 s, so every fault lands mid-stream
     if args.smoke:
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     _write(name, results, text)
     if not args.smoke:
-        README.write_text(readme_with_table(README.read_text(), text, README_BLOCK))
+        PAGE.write_text(page_with_table(PAGE.read_text(), text, BLOCK))
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -186,7 +186,7 @@ def quix_command(
 
 
 # Project variants: the defaults, and the best settings found by hand for the case (the
-# defaults must reach 80% of it). Tuned settings are what the README's sizing section says.
+# defaults must reach 80% of it). Tuned settings are what docs/performance.md's sizing section says.
 TUNED = {
     "copy-bytes": [],  # nothing to tune: the copy never leaves the JVM
     "copy-json": ["--set", "source.max_poll_records=2000"],
@@ -428,17 +428,17 @@ def chart(summaries: list[Summary], path: Path) -> None:
     print(f"chart: {path}")
 
 
-README = ROOT / "README.md"
-README_BLOCK = ("<!-- bench:compare -->\n```\n", "```\n<!-- /bench:compare -->")
+PAGE = ROOT / "docs" / "performance.md"  # its results block holds compare.txt
+BLOCK = ("<!-- bench:compare -->\n```\n", "```\n<!-- /bench:compare -->")
 
 
-def readme_with_table(readme: str, table_text: str, block=README_BLOCK) -> str:
-    """The README with its results block (`block`: the start and end markers) replaced by
+def page_with_table(page: str, table_text: str, block=BLOCK) -> str:
+    """A docs page with its results block (`block`: the start and end markers) replaced by
     `table_text`."""
     start, end = block
-    head, found, rest = readme.partition(start)
+    head, found, rest = page.partition(start)
     if not found or end not in rest:
-        raise SystemExit(f"README.md has no {start.strip()} ... {end.strip()} block")
+        raise SystemExit(f"the page has no {start.strip()} ... {end.strip()} block")
     return head + start + table_text.rstrip("\n") + "\n" + end + rest.split(end, 1)[1]
 
 
@@ -459,15 +459,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", help="comma-separated case names to run")
     parser.add_argument("--systems", help="comma-separated systems to run")
     parser.add_argument(
+        "--page",
         "--readme",
         action="store_true",
-        help="only copy bench/results/compare.txt into README.md's table",
+        help="only copy bench/results/compare.txt into docs/performance.md's table",
     )
     args = parser.parse_args(argv)
-    if args.readme:
-        README.write_text(
-            readme_with_table(README.read_text(), (RESULTS / "compare.txt").read_text())
-        )
+    if args.page:
+        PAGE.write_text(page_with_table(PAGE.read_text(), (RESULTS / "compare.txt").read_text()))
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     from pipelines.beam.java import ensure_java, ensure_prism

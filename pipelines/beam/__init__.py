@@ -4,7 +4,7 @@ Same `conf/` files and layers as the PyFlink jobs (plus a `beam:` section), same
 and enrichment logic, same lookup clients (pipelines.lookups). Runs on Beam's Prism
 runner (streaming or bounded) or the DirectRunner (bounded), with KafkaIO's Java side in
 a local expansion service and Java worker. Its guarantees differ from the PyFlink job's
-(at least once, no transactional sink): README "Exactly once" has both side by side.
+(at least once, no transactional sink): docs/beam.md has both side by side.
 
 A Beam job module here holds `USES`, `lookup_client(settings)` and
 `build(pipeline, settings, expansion_service)`; `pipelines beam run NAME` runs it.

@@ -492,8 +492,8 @@ def _escape_property(value: str) -> str:
 
 def user_acls(user: str) -> list:
     """What the jobs and the CLI need, for `user`: read and write topics (and create them:
-    the demo and the tests do), read groups, transactional ids, idempotent writes. README
-    "Security" lists the narrower set a team grants on its own cluster."""
+    the demo and the tests do), read groups, transactional ids, idempotent writes. docs/security.md
+    lists the narrower set a team grants on its own cluster."""
     from confluent_kafka.admin import (
         AclBinding,
         AclOperation,

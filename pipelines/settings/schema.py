@@ -1,5 +1,5 @@
 """The settings schema: one typed section per concern, validated once, before anything
-touches Flink. Every key is in the README's "Configuration" table."""
+touches Flink. Every key is in docs/configuration.md's table."""
 
 from __future__ import annotations
 

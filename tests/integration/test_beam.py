@@ -91,7 +91,7 @@ def read_back(kafka, names) -> tuple[list[dict], list[dict]]:
 
 
 def check_exact(out, dead, good, bad, label):
-    """Exact for a clean run: every good record once (the README's "0 in clean runs"),
+    """Exact for a clean run: every good record once (docs/beam.md's "0 in clean runs"),
     enriched; every malformed value once in the dead letters, from a distinct origin."""
     ids = Counter(r["id"] for r in out)
     duplicates = sum(n - 1 for n in ids.values())

@@ -1,4 +1,5 @@
-"""The README documents every config key the settings accept."""
+"""docs/configuration.md documents every config key the settings accept, with the default
+the code has; docs/performance.md's table is the committed benchmark result."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pipelines.settings.values import DURATION_FIELDS, format_ms
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+REFERENCE = (ROOT / "docs" / "configuration.md").read_text()
+PERFORMANCE = ROOT / "docs" / "performance.md"
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -35,23 +37,34 @@ def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 @pytest.mark.parametrize("key", _keys(Settings))
 def test_key_is_documented(key):
-    assert f"`{key}`" in README
+    assert f"`{key}`" in REFERENCE
 
 
 def test_the_performance_table_is_the_committed_benchmark_result():
-    """README's table is bench/results/compare.txt as `make bench` wrote it (copied in by
-    `python -m bench.compare --readme`), never figures typed by hand."""
-    from bench.compare import README_BLOCK, RESULTS, readme_with_table
+    """The page's table is bench/results/compare.txt as `make bench` wrote it (copied in by
+    `python -m bench.compare --page`), never figures typed by hand."""
+    from bench.compare import BLOCK, PAGE, RESULTS, page_with_table
 
-    assert README_BLOCK[0] in README
-    assert readme_with_table(README, (RESULTS / "compare.txt").read_text()) == README
+    assert PAGE == PERFORMANCE
+    page = PERFORMANCE.read_text()
+    assert BLOCK[0] in page
+    assert page_with_table(page, (RESULTS / "compare.txt").read_text()) == page
+
+
+def test_the_fault_table_is_the_committed_chaos_result():
+    from bench.chaos import BLOCK, PAGE, RESULTS
+    from bench.compare import page_with_table
+
+    page = PAGE.read_text()
+    assert BLOCK[0] in page
+    assert page_with_table(page, (RESULTS / "chaos.txt").read_text(), BLOCK) == page
 
 
 # ------------------------------------------------------------------ the defaults it states
 
 
 def _table_rows() -> dict[str, str]:
-    table = README[README.index("### Every key") : README.index("### Preflight rules")]
+    table = REFERENCE[REFERENCE.index("## Every key") : REFERENCE.index("## Preflight rules")]
     rows = {}
     for line in table.splitlines():
         match = re.match(r"^\| `([^`]+)` \| (.*?) \| ", line)
@@ -75,7 +88,7 @@ def _defaults(model: type[BaseModel], prefix: str = "") -> dict[str, tuple[objec
 
 
 def _shown(value: object, name: str) -> str:
-    """A default as the README writes it (the way `config show` prints values)."""
+    """A default as the reference writes it (the way `config show` prints values)."""
     if value is PydanticUndefined:
         return "—"
     if value is None:
@@ -94,7 +107,7 @@ def _shown(value: object, name: str) -> str:
 
 
 # Rows whose default cell says what a null or an empty default means rather than printing
-# it; both sides are pinned, so a change to the code or to the README fails here.
+# it; both sides are pinned, so a change to the code or to the reference fails here.
 DESCRIBED = {
     "job.name": ("—", "the job"),
     "source.topics": ("[]", "—"),
@@ -120,7 +133,7 @@ def test_the_key_table_has_a_row_for_each_key_and_no_other():
 
 
 @pytest.mark.parametrize("key", sorted(_defaults(Settings)))
-def test_the_default_the_readme_states_is_the_codes(key):
+def test_the_default_the_reference_states_is_the_codes(key):
     value, name = _defaults(Settings)[key]
     code, cell = _shown(value, name), _table_rows()[key]
     if key in DESCRIBED:
@@ -129,7 +142,7 @@ def test_the_default_the_readme_states_is_the_codes(key):
     # "100 (the enrich job: 4000)": the code's default, then what a job's base config sets.
     match = re.fullmatch(r"(.+?) \((.*)\)", cell)
     stated, note = (match.group(1), match.group(2)) if match else (cell, "")
-    assert stated == code, f"README says {cell!r}, the code's default is {code!r}"
+    assert stated == code, f"the reference says {cell!r}, the code's default is {code!r}"
     for job, value in re.findall(r"the (\w+) job: (\S+)", note):
         base = yaml.safe_load((ROOT / "conf" / "base" / f"{job}.yaml").read_text())
         section, field = key.split(".", 1)
