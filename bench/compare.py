@@ -456,6 +456,14 @@ def main(argv: list[str] | None = None) -> None:
         help="fewer records and cases (a few minutes); no tuned variants",
     )
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--tune",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings for the project-tuned runs instead of the committed ones (repeatable): "
+        "try a setting side by side with the defaults",
+    )
     parser.add_argument("--cases", help="comma-separated case names to run")
     parser.add_argument("--systems", help="comma-separated systems to run")
     parser.add_argument(
@@ -465,6 +473,9 @@ def main(argv: list[str] | None = None) -> None:
         help="only copy bench/results/compare.txt into docs/performance.md's table",
     )
     args = parser.parse_args(argv)
+    if args.tune:
+        for kind in TUNED:
+            TUNED[kind] = [arg for item in args.tune for arg in ("--set", item)]
     if args.page:
         PAGE.write_text(page_with_table(PAGE.read_text(), (RESULTS / "compare.txt").read_text()))
         return

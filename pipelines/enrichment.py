@@ -167,12 +167,52 @@ class RecordEnricher:
             record, reason, self.job, "enrich", self.origin_field, self.max_record_bytes
         )
 
-    async def one(self, record: dict) -> str:
+    async def one(self, record: dict, first: object = None) -> str:
+        """The record's text out. `first`, when given, is the outcome of its first attempt
+        made elsewhere (a profile, or the exception it raised): `many`'s one round trip."""
         try:
-            out = await self._enrich(record)
+            out = await self._enrich(record, first)
         except _Unexpected as wrapped:
             self.stats.add("unexpectedErrors")
             return self._dead(record, self.budget.failed(wrapped.__cause__ or wrapped))
+        return self._finish(record, out)
+
+    async def many(self, records: list[dict]) -> list[str]:
+        """A batch's texts out, in order. With a client that answers batches (coalesced),
+        every record's first attempt is one `lookup_batch` call bounded by the per-attempt
+        timeout, with no task, timer or future per record; only records whose first attempt
+        failed go through `one` for their retries. Otherwise each record goes through `one`,
+        all of them concurrently."""
+        batch_client = self.client.client if isinstance(self.client, Coalescer) else None
+        if batch_client is None or len(records) < 2:
+            return await asyncio.gather(*map(self.one, records))
+        self.stats.add("lookups", len(records))
+        results: list[object]
+        try:
+            async with asyncio.timeout(self.cfg.timeout / 1000):
+                results = list(await batch_client.lookup_batch(records))
+            if len(results) != len(records):
+                raise RuntimeError(
+                    f"lookup_batch answered {len(results)} results for {len(records)} records"
+                )
+        except Exception as exc:  # noqa: BLE001 - each record's retries decide what it means
+            results = [exc] * len(records)
+        outs: list[str] = [""] * len(records)
+        failed = []
+        for i, (record, result) in enumerate(zip(records, results)):
+            if isinstance(result, Exception):
+                failed.append(i)
+            elif isinstance(result, BaseException):  # not a lookup's failure: not ours to catch
+                raise result
+            else:
+                outs[i] = self._finish(record, {**record, "enrichment": result})
+        if failed:
+            retried = await asyncio.gather(*(self.one(records[i], results[i]) for i in failed))
+            for i, text in zip(failed, retried):
+                outs[i] = text
+        return outs
+
+    def _finish(self, record: dict, out: dict | str) -> str:
         if isinstance(out, str):  # a dead-letter reason
             return self._dead(record, out)
         self.budget.ok()
@@ -187,26 +227,37 @@ class RecordEnricher:
             )
         return text
 
-    async def _enrich(self, record: dict) -> dict | str:
+    def _failure(self, exc: Exception) -> tuple[bool, str]:
+        """(permanent, reason) of a failed attempt; a bug or an unforeseen record shape
+        raises _Unexpected."""
+        if isinstance(exc, asyncio.TimeoutError):
+            return False, f"timeout after {self.cfg.timeout} ms"
+        if isinstance(exc, PermanentLookupError):
+            return True, f"enrichment refused the record: {exc}"
+        if isinstance(exc, (EnrichmentFailed, OSError)):
+            return False, str(exc) or type(exc).__name__
+        raise _Unexpected() from exc
+
+    async def _enrich(self, record: dict, first: object = None) -> dict | str:
         cfg = self.cfg
         reason = "not attempted"
         attempts = cfg.retries + 1
         for attempt in range(1, attempts + 1):
-            self.stats.add("lookups")
-            try:
-                async with asyncio.timeout(cfg.timeout / 1000):
-                    profile = await self.client.lookup(record)
-                return {**record, "enrichment": profile}
-            except asyncio.TimeoutError:
-                reason = f"timeout after {cfg.timeout} ms"
-            except PermanentLookupError as exc:
-                self.stats.add("lookupFailures")
-                return f"enrichment refused the record: {exc}"
-            except (EnrichmentFailed, OSError) as exc:
-                reason = str(exc) or type(exc).__name__
-            except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen record shape
-                raise _Unexpected() from exc
+            if attempt == 1 and first is not None:
+                outcome = first
+            else:
+                self.stats.add("lookups")
+                try:
+                    async with asyncio.timeout(cfg.timeout / 1000):
+                        outcome = await self.client.lookup(record)
+                except Exception as exc:  # noqa: BLE001 - classified just below
+                    outcome = exc
+            if not isinstance(outcome, Exception):
+                return {**record, "enrichment": outcome}
+            permanent, reason = self._failure(outcome)
             self.stats.add("lookupFailures")
+            if permanent:
+                return reason
             if attempt < attempts:
                 self.stats.add("retries")
                 await asyncio.sleep(cfg.backoff * (2 ** (attempt - 1)) / 1000)
@@ -300,7 +351,7 @@ def make_batch_async_function(settings: Settings, client_factory: ClientFactory)
                 meta, text = split_meta(line)
                 metas.append(meta)
                 records.append(jsontext.loads(text))
-            outs = await asyncio.gather(*map(self.enricher.one, records))
+            outs = await self.enricher.many(records)
             return [join_lines(map(rewrap, metas, outs))]
 
     return EnrichBatch()

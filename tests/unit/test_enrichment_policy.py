@@ -17,6 +17,7 @@ from pipelines.enrichment import (
     stage_client,
     worst_case_ms,
 )
+from pipelines.lookups import TransientLookupError
 from pipelines.lookups.http_demo import DemoHttpClient
 from pipelines.parse import UnexpectedErrors
 from pipelines.settings import EnrichmentSettings, ErrorSettings, OnFailure
@@ -24,6 +25,17 @@ from pipelines.settings import EnrichmentSettings, ErrorSettings, OnFailure
 pytestmark = pytest.mark.unit
 
 ORIGIN = {"topic": "in", "partition": 1, "offset": 7, "timestamp": 0}
+VIA = {"mode": "one"}
+
+
+@pytest.fixture(autouse=True, params=["one", "many"])
+def via(request):
+    """Every policy holds both ways a batch is enriched: each record through `one`
+    concurrently, and `many` (one lookup_batch call for the first attempts, `one` for the
+    retries of those that failed)."""
+    VIA["mode"] = request.param
+    yield request.param
+    VIA["mode"] = "one"
 
 
 def _enricher(client, cfg, max_bytes=1_048_576, in_a_row=100) -> RecordEnricher:
@@ -40,7 +52,10 @@ async def _with_service(behaviour: Behaviour, cfg_kwargs: dict, records: list[di
     cfg = EnrichmentSettings(url=f"http://127.0.0.1:{server.port}", **cfg_kwargs)
     enricher = _enricher(stage_client(DemoHttpClient(cfg.url, cfg.capacity), cfg), cfg, **kw)
     try:
-        texts = await asyncio.gather(*(enricher.one(r) for r in records))
+        if VIA["mode"] == "many":
+            texts = await enricher.many(records)
+        else:
+            texts = await asyncio.gather(*(enricher.one(r) for r in records))
         return [_decode(t) for t in texts], enricher.stats.counts
     finally:
         await enricher.client.close()
@@ -199,3 +214,37 @@ def test_outage_marks_every_record_of_the_round_trip_missing():
 def test_worst_case_counts_every_attempt_and_backoff():
     cfg = EnrichmentSettings(timeout=1000, retries=2, backoff=100)
     assert worst_case_ms(cfg) == 3 * 1000 + 100 + 200
+
+
+class _BusyOnce:
+    """Answers batches; record 3 is refused as busy the first time it is asked."""
+
+    def __init__(self):
+        self.calls: list[list[int]] = []
+
+    async def lookup(self, record):
+        raise AssertionError("the stage asks batches of a client that answers them")
+
+    async def lookup_batch(self, records):
+        self.calls.append([r["id"] for r in records])
+        first = len(self.calls) == 1
+        return [
+            TransientLookupError("busy") if r["id"] == 3 and first else {"n": r["id"]}
+            for r in records
+        ]
+
+    async def close(self):
+        pass
+
+
+def test_many_asks_once_for_the_batch_and_retries_only_what_failed(via):
+    client = _BusyOnce()
+    cfg = EnrichmentSettings(coalesce=True, retries=2, backoff=1)
+    enricher = _enricher(stage_client(client, cfg), cfg)
+    texts = asyncio.run(enricher.many([rec(i) for i in range(6)]))
+    assert [_decode(t) for t in texts] == [
+        ("out", {**rec(i), "enrichment": {"n": i}}) for i in range(6)
+    ]
+    assert client.calls == [[0, 1, 2, 3, 4, 5], [3]]
+    counts = enricher.stats.counts
+    assert (counts["lookups"], counts["lookupFailures"], counts["retries"]) == (7, 1, 1)
