@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from pipelines.devtools.enrichment_service import Service
@@ -457,6 +457,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
+        "--records", type=int, help="records per case instead of each case's own count"
+    )
+    parser.add_argument(
         "--tune",
         action="append",
         default=[],
@@ -489,6 +492,8 @@ def main(argv: list[str] | None = None) -> None:
     service = Service(port=free_ports())
     service.up(latency_ms=50)
     selected = [c for c in cases(args.quick) if not args.cases or c.name in args.cases.split(",")]
+    if args.records:
+        selected = [replace(c, records=args.records) for c in selected]
     runs: list[Run] = []
     inputs: dict[str, str] = {}
     try:
