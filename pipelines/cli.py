@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pipelines import jobs
 from pipelines.errors import Failure, guarded
@@ -61,16 +62,19 @@ def job_config_arguments(parser: argparse.ArgumentParser, job_help: str) -> None
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with its usage errors as one line (the usage stays behind --help)."""
+    """argparse with its usage errors as one line (the usage stays behind --help), and
+    its subcommand registry kept for pipelines/devtools/cli.py to add to."""
+
+    subcommands: Any = None
 
     def error(self, message: str):
         self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
+def build_parser(description: str = __doc__) -> Parser:
     parser = Parser(prog="pipelines", description=description)
     sub = parser.add_subparsers(dest="command", required=True)
-    parser.subcommands = sub  # type: ignore[attr-defined]  # for subcommands() below
+    parser.subcommands = sub
 
     run = job_parser(sub, "run", "run a job on a local Flink mini-cluster, with progress")
     run.add_argument(
@@ -160,9 +164,9 @@ def private_files() -> None:
         pass
 
 
-def subcommands(parser: argparse.ArgumentParser):
+def subcommands(parser: Parser):
     """The parser's subcommand registry, for pipelines/devtools/cli.py to add to."""
-    return getattr(parser, "subcommands")
+    return parser.subcommands
 
 
 def main(

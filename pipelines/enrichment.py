@@ -78,13 +78,19 @@ class Coalescer:
         pending, self._pending = self._pending, []
         asyncio.ensure_future(self._send(pending))
 
+    async def lookup_batch(self, records: list[dict]) -> list:
+        """One round trip for `records`: one result per record, in order (a failed record's
+        entry is its exception), or an error for the whole call."""
+        results = list(await self.client.lookup_batch(records))
+        if len(results) != len(records):
+            raise RuntimeError(
+                f"lookup_batch answered {len(results)} results for {len(records)} records"
+            )
+        return results
+
     async def _send(self, pending: list[tuple[dict, asyncio.Future]]) -> None:
         try:
-            results = await self.client.lookup_batch([record for record, _ in pending])
-            if len(results) != len(pending):
-                raise RuntimeError(
-                    f"lookup_batch answered {len(results)} results for {len(pending)} records"
-                )
+            results = await self.lookup_batch([record for record, _ in pending])
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
             for _, future in pending:
                 if not future.done():
@@ -183,18 +189,13 @@ class RecordEnricher:
         timeout, with no task, timer or future per record; only records whose first attempt
         failed go through `one` for their retries. Otherwise each record goes through `one`,
         all of them concurrently."""
-        batch_client = self.client.client if isinstance(self.client, Coalescer) else None
-        if batch_client is None or len(records) < 2:
+        if not isinstance(self.client, Coalescer) or len(records) < 2:
             return await asyncio.gather(*map(self.one, records))
         self.stats.add("lookups", len(records))
         results: list[object]
         try:
             async with asyncio.timeout(self.cfg.timeout / 1000):
-                results = list(await batch_client.lookup_batch(records))
-            if len(results) != len(records):
-                raise RuntimeError(
-                    f"lookup_batch answered {len(results)} results for {len(records)} records"
-                )
+                results = await self.client.lookup_batch(records)
         except Exception as exc:  # noqa: BLE001 - each record's retries decide what it means
             results = [exc] * len(records)
         outs: list[str] = [""] * len(records)

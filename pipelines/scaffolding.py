@@ -112,12 +112,14 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     )
     kind = "beam" if beam else _smoke_test_kind(module, base_conf)
     test = _scaffold(root, f"smoke_{kind}.py", name)
+    logic = None if target.logic_test is None else _scaffold(root, f"logic_{kind}.py", name)
 
+    # Every file read and every check made: now the writes.
     target.module.write_text(module)
     target.config.write_text(config)
     target.test.write_text(test)
-    if target.logic_test is not None:
-        target.logic_test.write_text(_scaffold(root, f"logic_{kind}.py", name))
+    if target.logic_test is not None and logic is not None:
+        target.logic_test.write_text(logic)
     return target
 
 
