@@ -58,6 +58,7 @@ MINI_CLUSTER_ON_LOOPBACK = {
 }
 
 FLINK_DEFAULT_BUNDLE_SIZE = 1000
+PROMETHEUS_REPORTER = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
 
 
 def python_bundle_size(settings: Settings, uses: tuple[str, ...] | list[str] = ()) -> int:
@@ -143,6 +144,12 @@ def flink_configuration(
                 ),
             }
         )
+    if settings.metrics.prometheus_port:
+        # The wheel's plugins/metrics-prometheus, which PyFlink's gateway puts on the
+        # plugin path. Its HTTP server binds every interface: the JVMs the project starts
+        # run under the loopback shim (pipelines.loopback), which makes it 127.0.0.1.
+        conf["metrics.reporter.prom.factory.class"] = PROMETHEUS_REPORTER
+        conf["metrics.reporter.prom.port"] = settings.metrics.prometheus_port
     if settings.job.from_checkpoint:
         conf["execution.state-recovery.path"] = settings.job.from_checkpoint
     if jar_paths:

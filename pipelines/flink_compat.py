@@ -43,6 +43,8 @@ def gateway_in_group(owner):
         kwargs.setdefault("stdout", subprocess.PIPE)
 
         kwargs["env"] = preload_env(kwargs.get("env") or dict(os.environ))
+        if args and isinstance(args[0], list):
+            args = (with_reporters(args[0]), *args[1:])
         proc = subprocess.Popen(*args, process_group=0, **kwargs)
         owner.adopt(proc.pid)
         for stream in (proc.stdout, proc.stderr):
@@ -62,6 +64,26 @@ def gateway_in_group(owner):
         yield
     finally:
         java_gateway.launch_gateway_server_process = original_launch
+
+
+def reporter_jars() -> list[Path]:
+    """The wheel's Prometheus reporter (plugins/metrics-prometheus)."""
+    import pyflink
+
+    root = Path(pyflink.__file__).parent / "plugins" / "metrics-prometheus"
+    return sorted(root.glob("flink-metrics-prometheus-*.jar"))
+
+
+def with_reporters(command: list[str]) -> list[str]:
+    """The gateway command with the Prometheus reporter on its class path. A mini-cluster
+    finds reporter factories on its class path only, not in the plugins directory a
+    cluster reads ("could not be found for reporter prom. Available factories: []"); the
+    jar is inert unless metrics.reporter.* names it."""
+    if "-cp" not in command:
+        return command
+    at = command.index("-cp") + 1
+    extra = [str(p) for p in reporter_jars()]
+    return [*command[:at], os.pathsep.join([command[at], *extra]), *command[at + 1 :]]
 
 
 class _StderrTail:

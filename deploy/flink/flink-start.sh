@@ -2,7 +2,7 @@
 # Entry point of deploy/flink/Dockerfile: `jobmanager`, `taskmanager` or `service` (the demo
 # enrichment service). Writes $FLINK_CONF_DIR/config.yaml from FLINK_PROPERTIES and every
 # /run/secrets/flink-*.yaml, enables the plugins ENABLE_BUILT_IN_PLUGINS names (jar names in
-# /opt/flink-opt, `;`-separated, as Flink's official image does), then execs the process in
+# /opt/flink-opt or the wheel's plugins/, `;`-separated, as Flink's official image does), then execs the process in
 # the foreground so that `docker stop` reaches it.
 set -euo pipefail
 role=${1:?usage: flink-start.sh jobmanager|taskmanager|service}
@@ -22,12 +22,15 @@ done
 IFS=';' read -r -a plugins <<< "${ENABLE_BUILT_IN_PLUGINS:-}"
 for jar in "${plugins[@]}"; do
   if [ -z "$jar" ]; then continue; fi
-  if [ ! -f "/opt/flink-opt/$jar" ]; then
-    echo "ENABLE_BUILT_IN_PLUGINS: no /opt/flink-opt/$jar" >&2
+  # /opt/flink-opt (the S3 plugin), else the plugins the wheel ships (metrics reporters)
+  src="/opt/flink-opt/$jar"
+  if [ ! -f "$src" ]; then src=$(find "$FLINK_HOME/plugins" -name "$jar" -print -quit); fi
+  if [ -z "$src" ] || [ ! -f "$src" ]; then
+    echo "ENABLE_BUILT_IN_PLUGINS: no $jar in /opt/flink-opt or $FLINK_HOME/plugins" >&2
     exit 2
   fi
   mkdir -p "$FLINK_PLUGINS_DIR/${jar%.jar}"
-  ln -sf "/opt/flink-opt/$jar" "$FLINK_PLUGINS_DIR/${jar%.jar}/$jar"
+  ln -sf "$src" "$FLINK_PLUGINS_DIR/${jar%.jar}/$jar"
 done
 case "$role" in
   jobmanager) exec "$FLINK_HOME/bin/jobmanager.sh" start-foreground ;;

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from pipelines.environment import PROMETHEUS_REPORTER
 from pipelines.flink_run import flink_home
 from pipelines.loopback import preload_env
 from pipelines.paths import local_state
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 STATE_DIR = Path(os.environ.get("PIPELINES_FLINK_DIR", local_state("flink")))
 DEFAULT_REST_PORT = int(os.environ.get("PIPELINES_FLINK_REST_PORT", "8081"))
 DEFAULT_RPC_PORT = int(os.environ.get("PIPELINES_FLINK_RPC_PORT", "6123"))
+# The standalone cluster's daemons take theirs above the range local runs use (9249-9259).
+CLUSTER_REPORTER_PORTS = "9260-9269"
 
 
 class ClusterError(Exception):
@@ -117,6 +120,12 @@ class Cluster:
             "taskmanager.memory.process.size": "2560m",
             "python.executable": sys.executable,
             "python.client.executable": sys.executable,
+            # Each daemon serves /metrics on the first free port of the range (the wheel's
+            # plugins/metrics-prometheus); the loopback shim binds it to 127.0.0.1.
+            "metrics.reporter.prom.factory.class": PROMETHEUS_REPORTER,
+            "metrics.reporter.prom.port": os.environ.get(
+                "PIPELINES_FLINK_METRICS_PORTS", CLUSTER_REPORTER_PORTS
+            ),
         }.items():
             _set(tree, key, value)
         path.write_text(yaml.safe_dump(tree, sort_keys=False))

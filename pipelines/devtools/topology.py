@@ -56,6 +56,7 @@ from pipelines.devtools.flink_cluster import rest_overview
 from pipelines.devtools.kafka_tls import write_secret
 from pipelines.devtools.ports import free_ports
 from pipelines.devtools.s3 import S3, S3Error
+from pipelines.environment import PROMETHEUS_REPORTER
 from pipelines.jobmanager import JobManager, JobManagerError
 from pipelines.maven import copy_dependencies
 from pipelines.packaging import shippable
@@ -72,6 +73,9 @@ FLINK_IMAGE = "pipelines-flink:2.2.1-py311"
 SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
 SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
 S3_PLUGIN = "flink-s3-fs-hadoop-2.2.0.jar"
+PROMETHEUS_PLUGIN = "flink-metrics-prometheus-2.2.1.jar"  # the wheel's plugins/metrics-prometheus
+PLUGINS = f"{S3_PLUGIN};{PROMETHEUS_PLUGIN}"
+REPORTER_PORT = 9249
 BUCKET = "flink"
 TOPOLOGY_LABEL = "org.pipelines.topology"
 FLINK_HOME = "/opt/venv/lib/python3.11/site-packages/pyflink"
@@ -449,6 +453,10 @@ class Topology:
             "taskmanager.memory.process.size": "1600m",
             "taskmanager.numberOfTaskSlots": SLOTS,
             "taskmanager.bind-host": "0.0.0.0",
+            # Every Flink container serves /metrics on 9249 of the topology's network only
+            # (not published): a Prometheus there scrapes jobmanager:9249, taskmanager-N:9249.
+            "metrics.reporter.prom.factory.class": PROMETHEUS_REPORTER,
+            "metrics.reporter.prom.port": REPORTER_PORT,
             # No fixed RPC port: a TaskManager killed and started again at the same
             # host:port is a new actor system at an address the JobManager still holds an
             # association to, and Pekko discards its registration ("read-only
@@ -543,7 +551,7 @@ class Topology:
             publish=[f"127.0.0.1:{state['rest_port']}:8081"],
             env={
                 "FLINK_PROPERTIES": self.flink_properties("jobmanager"),
-                "ENABLE_BUILT_IN_PLUGINS": S3_PLUGIN,
+                "ENABLE_BUILT_IN_PLUGINS": PLUGINS,
             },
             mounts=flink_secret,
         )
@@ -555,7 +563,7 @@ class Topology:
                 "taskmanager",
                 env={
                     "FLINK_PROPERTIES": self.flink_properties(role),
-                    "ENABLE_BUILT_IN_PLUGINS": S3_PLUGIN,
+                    "ENABLE_BUILT_IN_PLUGINS": PLUGINS,
                 },
                 mounts=flink_secret,
             )
@@ -719,6 +727,15 @@ class Topology:
             f"{TASKMANAGERS * SLOTS} slots, ZooKeeper HA); s3 http://127.0.0.1:{s['s3_port']} "
             f"bucket {BUCKET}; enrichment {self.enrichment_url}"
         )
+
+    def metrics(self, role: str) -> str:
+        """What a Flink container's Prometheus reporter serves, fetched from inside the
+        topology's network (the reporter port is not published)."""
+        fetch = (
+            "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
+            f"'http://{role}:{REPORTER_PORT}/metrics', timeout=10).read().decode())"
+        )
+        return self._exec("jobmanager", f'/opt/venv/bin/python -c "{fetch}"', timeout=30)
 
     def memory(self) -> dict[str, int]:
         """Resident memory (bytes) of each container, from the kernel's cgroup accounting."""

@@ -521,6 +521,34 @@ class FaultSettings(Model):
     marker_dir: str | None = None  # a file here marks that the fault has fired once
 
 
+PORT_RANGE = re.compile(r"(\d{1,5})(?:-(\d{1,5}))?")
+
+
+class MetricsSettings(Model):
+    """Flink's Prometheus reporter, for the JVMs this job's settings configure (a local
+    run's): each serves its metrics at http://127.0.0.1:<port>/metrics, taking the first
+    free port of the range, so runs side by side do not collide. A cluster's JVMs take
+    theirs from the cluster's own configuration (docs/operations.md, Watching a job)."""
+
+    prometheus_port: str | None = "9249-9259"  # a port or a range A-B; null: no reporter
+
+    @field_validator("prometheus_port", mode="before")
+    @classmethod
+    def _port_or_range(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        text = str(v).strip()
+        match = PORT_RANGE.fullmatch(text)
+        low, high = (
+            (int(match.group(1)), int(match.group(2) or match.group(1))) if match else (0, 0)
+        )
+        if not match or not 1024 <= low <= high <= 65535:
+            raise ValueError(
+                f"{text!r} is not a port or a range A-B of ports between 1024 and 65535"
+            )
+        return text
+
+
 class JobSettings(Model):
     name: str
     parallelism: int = Field(default=1, ge=1)
@@ -545,6 +573,7 @@ class Settings(Model):
     window: WindowSettings = Field(default_factory=WindowSettings)
     faults: FaultSettings = Field(default_factory=FaultSettings)
     beam: BeamSettings = Field(default_factory=BeamSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     # Values the loader resolved from `${env:}`/`${file:}`: secrets wherever they sit
     # (secrets.secret_values), though their keys may not say so.
     _referenced: frozenset[str] = PrivateAttr(default_factory=frozenset)

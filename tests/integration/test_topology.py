@@ -160,6 +160,20 @@ def test_the_store_secret_is_in_no_log_environment_argument_or_image(topology):
     assert "Loading configuration property: s3.secret-key, ******" in logged
 
 
+def _reported(text: str, metric: str, job_id: str, operator: str) -> int:
+    """The sum over subtasks of one operator metric of one job, from reporter output."""
+    pattern = re.compile(
+        rf"^flink_taskmanager_job_task_operator_{metric}\{{(.*)\}} (\S+)$", re.MULTILINE
+    )
+    return int(
+        sum(
+            float(value)
+            for labels, value in pattern.findall(text)
+            if f'job_id="{job_id}"' in labels and f'operator_name="{operator}"' in labels
+        )
+    )
+
+
 def test_enrich_at_parallelism_4_over_6_partitions_with_checkpoints_in_the_store(topology, names):
     bootstrap = topology.bootstrap
     create_topics(bootstrap, {names("in"): 6, names("out"): 6, names("dlq"): 1})
@@ -184,9 +198,19 @@ def test_enrich_at_parallelism_4_over_6_partitions_with_checkpoints_in_the_store
 
     out, dlq = wait_for("enrich output and a checkpoint", done, 420, job=(jm, job_id))
     vertices = jm._call(f"/jobs/{job_id}")["vertices"]
+    # The TaskManagers' Prometheus reporters count what the broker holds (no restart here).
+    reported = "".join(topology.metrics(f"taskmanager-{i}") for i in (1, 2))
     run_cli("jobs", "cancel", job_id, "--jobmanager", topology.jobmanager)
     records = [json.loads(v) for v in out]
     print(f"enrich: input {len(values)}, output {len(records)}, dead letters {len(dlq)}")
+    assert {
+        what: _reported(reported, metric, job_id, operator)
+        for what, metric, operator in (
+            ("in", "numRecordsOut", "Source:_kafka_source"),
+            ("out", "numRecordsSend", "kafka_sink:_Writer"),
+            ("dead letters", "numRecordsSend", "dead_letter_sink:_Writer"),
+        )
+    } == {"in": len(values), "out": len(records), "dead letters": len(dlq)}
     assert sorted(r["id"] for r in records) == valid  # each once
     assert_dead_letters_are(dlq, names("in"), values, 6)
     assert {v["name"].split(" ")[0]: v["parallelism"] for v in vertices}.get("Source:") == 4

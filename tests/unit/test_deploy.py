@@ -123,3 +123,23 @@ def test_s3_checkpoints_have_the_s3_filesystem_plugin_enabled(manifest):
     (python_jar,) = (flink_home() / "opt").glob("flink-python-*.jar")
     version = python_jar.name.removeprefix("flink-python-").removesuffix(".jar")
     assert f"flink-s3-fs-hadoop-{version}.jar" in env["ENABLE_BUILT_IN_PLUGINS"].split(";")
+
+
+def test_every_pod_serves_prometheus_metrics_where_the_pod_monitor_scrapes(manifest):
+    """The reporter a local run configures (pipelines.environment), on the port the
+    container names, the annotations give and the PodMonitor scrapes, for this app."""
+    from pipelines.environment import PROMETHEUS_REPORTER
+
+    spec = manifest["FlinkDeployment"]["spec"]
+    conf = spec["flinkConfiguration"]
+    assert conf["metrics.reporter.prom.factory.class"] == PROMETHEUS_REPORTER
+    port = int(conf["metrics.reporter.prom.port"])
+    [container] = spec["podTemplate"]["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container["ports"]
+    annotations = spec["podTemplate"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port)
+    monitor = manifest["PodMonitor"]["spec"]
+    assert monitor["selector"]["matchLabels"] == {
+        "app": manifest["FlinkDeployment"]["metadata"]["name"]
+    }
+    assert [e["port"] for e in monitor["podMetricsEndpoints"]] == ["metrics"]

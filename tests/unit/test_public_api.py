@@ -45,7 +45,7 @@ PUBLIC = {
         "BeamRunner", "BeamSettings", "CheckpointMode", "CheckpointSettings", "ConfigError",
         "DURATION_FIELDS", "DeliveryGuarantee", "ENV_PREFIX", "EnrichmentOperator",
         "EnrichmentSettings", "ErrorSettings", "FaultSettings", "FieldType", "IsolationLevel",
-        "JobSettings", "KafkaConnection", "KafkaSecurity", "Loaded", "OffsetReset", "OnFailure",
+        "JobSettings", "KafkaConnection", "KafkaSecurity", "Loaded", "MetricsSettings", "OffsetReset", "OnFailure",
         "ParseSettings", "PartitionOffset", "PythonSettings", "RestartSettings",
         "RestartStrategy", "Retention", "SaslMechanism", "SecretMask", "SecurityProtocol",
         "Settings", "SinkSettings", "SourceSettings", "StartMode", "StartPosition", "StoreType",
