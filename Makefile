@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
-        enrichment-up enrichment-down demo run beam-setup beam-run images topology-up topology-down \
+        enrichment-up enrichment-down prometheus prometheus-up prometheus-down demo run beam-setup beam-run images topology-up topology-down \
         test test-unit test-integration bench bench-quick \
         bench-operators chaos chaos-smoke mutation lint format clean
 
@@ -52,6 +52,15 @@ enrichment-up: venv ## start the demo enrichment HTTP service
 enrichment-down: venv
 	$(CLI) enrichment down
 
+prometheus: venv ## install Debian's prometheus package (prometheus, promtool) where missing
+	$(CLI) prometheus install
+
+prometheus-up: prometheus ## a local Prometheus on 127.0.0.1:9090 scraping local runs, with deploy/prometheus's alert rules
+	$(CLI) prometheus up
+
+prometheus-down: venv
+	$(CLI) prometheus down
+
 demo: venv kafka-up ## create the job's topics and produce $(RECORDS) demo records
 	$(CLI) demo $(JOB) --records $(RECORDS)
 
@@ -73,13 +82,13 @@ topology-up: venv jars images ## the production-shaped cluster in containers (do
 topology-down: venv ## remove every container and the network of the topology
 	$(CLI) topology down
 
-test: venv jars beam-setup images ## set everything up and run the whole test suite
+test: venv jars beam-setup images prometheus ## set everything up and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: venv ## unit tests only (no broker, no cluster)
+test-unit: venv prometheus ## unit tests only (no broker, no cluster)
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-test-integration: venv jars beam-setup images ## integration tests only
+test-integration: venv jars beam-setup images prometheus ## integration tests only
 	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
 
 bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON, PNG in bench/results
@@ -118,6 +127,7 @@ clean: ## stop local services and remove local state (.local, jars/lib)
 	-$(CLI) cluster down
 	-PIPELINES_FLINK_DIR=.local/flink-second $(CLI) cluster down
 	-$(CLI) enrichment down
+	-$(CLI) prometheus down
 	-$(CLI) kafka down
 	-$(CLI) docker down
 	rm -rf .local jars/lib jars/build

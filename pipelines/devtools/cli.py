@@ -13,7 +13,7 @@ import re
 import sys
 
 from pipelines import cli
-from pipelines.devtools import containers
+from pipelines.devtools import containers, prometheus
 from pipelines.devtools.demo import prepare_demo
 from pipelines.devtools.enrichment_service import DEFAULT_PORT, Service, ServiceError
 from pipelines.devtools.flink_cluster import (
@@ -110,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     enrichment.add_argument("--port", type=int, default=None)
     enrichment.add_argument("--latency", default="50ms", help="per lookup, e.g. 50ms")
     enrichment.add_argument("--failure-rate", type=float, default=0.0)
+
+    prom = sub.add_parser(
+        "prometheus",
+        help="a local Prometheus (Debian's package) scraping local runs' Flink reporters "
+        "and evaluating deploy/prometheus's alert rules",
+    )
+    prom.add_argument("action", choices=["install", "up", "down", "status"])
+    prom.add_argument("--port", type=int, default=None, help=f"default {prometheus.DEFAULT_PORT}")
 
     topology = sub.add_parser(
         "topology",
@@ -325,6 +333,22 @@ def _enrichment(args) -> int:
     return 0
 
 
+def _prometheus(args) -> int:
+    server = prometheus.Prometheus(port=args.port or prometheus.DEFAULT_PORT)
+    try:
+        if args.action == "install":
+            print(f"prom     {prometheus.install()}")
+        elif args.action == "up":
+            server.up()
+        elif args.action == "down":
+            server.down()
+        else:
+            print(server.status())
+    except prometheus.PrometheusError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
 def _docker(args) -> int:
     if args.action == "down":
         for what in containers.remove_owned():
@@ -405,6 +429,7 @@ HANDLERS = {
     "kafka": _kafka,
     "cluster": _cluster,
     "enrichment": _enrichment,
+    "prometheus": _prometheus,
     "docker": _docker,
 }
 
