@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
-        enrichment-up enrichment-down prometheus prometheus-up prometheus-down demo run beam-setup beam-run images topology-up topology-down \
+        enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
         test test-unit test-integration bench bench-quick \
         bench-operators chaos chaos-smoke mutation lint format clean
 
@@ -60,6 +60,10 @@ prometheus-up: prometheus ## a local Prometheus on 127.0.0.1:9090 scraping local
 
 prometheus-down: venv
 	$(CLI) prometheus down
+
+prometheus-screenshot: venv jars kafka-up prometheus ## docs/images/prometheus-enrich.png: an enrich run with an outage, photographed in Prometheus by headless Chromium (~5 min)
+	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+	$(PY) -m bench.screenshot
 
 demo: venv kafka-up ## create the job's topics and produce $(RECORDS) demo records
 	$(CLI) demo $(JOB) --records $(RECORDS)

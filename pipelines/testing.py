@@ -32,7 +32,7 @@ from typing import Any
 from pipelines import jobs
 from pipelines.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
 from pipelines.lines import key_of, split_meta
-from pipelines.settings import Settings, load_settings
+from pipelines.settings import MetricsSettings, Settings, load_settings
 from pipelines.stages import graph_of
 
 __all__ = ["TOPIC", "Output", "Record", "Written", "run", "settings_for"]
@@ -111,6 +111,8 @@ def run(
     build, module = _resolve(job)
     if settings is None:
         settings = settings_for(jobs.name_of(build), *overrides)
+    # A test's JVM (in this process, without the loopback shim) serves no metrics port.
+    settings = settings.model_copy(update={"metrics": MetricsSettings(prometheus_port=None)})
     # PyFlink fuses chained Python operators, and a fused collecting map took over the uid of
     # the side output before it ("Hash collision on user-specified ID"): kept apart here.
     extra = {**MINI_CLUSTER_ON_LOOPBACK, "python.operator-chaining.enabled": "false"}
