@@ -172,7 +172,7 @@ class Prometheus:
         if pid is None:
             log.info("prom     not running")
             return
-        end_groups([os.getpgid(pid)] if _alive(pid) else [])
+        end_groups([pid])  # started in a session of its own: its group id is its pid
         self.pid_file.remove()
         log.info("prom     stopped")
 
@@ -219,14 +219,6 @@ class Prometheus:
         data = self._get("/api/v1/targets", state="active")
         assert isinstance(data, dict)
         return [t["scrapeUrl"] for t in data["activeTargets"] if t["health"] == "up"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
 
 
 __all__ = ["Prometheus", "PrometheusError", "binary", "install", "rule_files"]
