@@ -145,9 +145,10 @@ def flink_configuration(
             }
         )
     if settings.metrics.prometheus_port:
-        # The wheel's plugins/metrics-prometheus, which PyFlink's gateway puts on the
-        # plugin path. Its HTTP server binds every interface: the JVMs the project starts
-        # run under the loopback shim (pipelines.loopback), which makes it 127.0.0.1.
+        # The wheel's plugins/metrics-prometheus: a cluster loads it from plugins/, a local
+        # run's mini-cluster from its class path (flink_compat.with_reporters). Its HTTP
+        # server binds every interface: the JVMs the project starts run under the loopback
+        # shim (pipelines.loopback), which makes it 127.0.0.1.
         conf["metrics.reporter.prom.factory.class"] = PROMETHEUS_REPORTER
         conf["metrics.reporter.prom.port"] = settings.metrics.prometheus_port
     if settings.job.from_checkpoint:

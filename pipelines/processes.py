@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 GRACE_S = 5.0
@@ -132,6 +133,19 @@ def _mentions(pid: int, marker: bytes) -> bool:
                 return True
         except OSError:
             continue
+    return False
+
+
+def wait_started(proc: subprocess.Popen, ready: Callable[[], bool], wait_s: float) -> bool:
+    """Poll a service just started until `ready()` answers: True. False when the process
+    exited first (its returncode is set) or `wait_s` ran out (returncode None)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if ready():
+            return True
+        time.sleep(0.2)
     return False
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.paths import local_state
-from pipelines.processes import PidFile
+from pipelines.processes import PidFile, wait_started
 from pipelines.settings import parse_duration_ms
 
 log = logging.getLogger(__name__)
@@ -249,19 +249,14 @@ class Service:
                 start_new_session=True,
             )
         self.pid_file.write(proc.pid)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise ServiceError(
-                    f"the enrichment service exited with {proc.returncode}; see "
-                    f"{self.state_dir / f'service-{self.port}.log'}"
-                )
-            if self.healthy():
-                log.info(
-                    f"enrich   started at {self.url} (latency {latency_ms:g} ms, pid {proc.pid})"
-                )
-                return
-            time.sleep(0.2)
+        if wait_started(proc, self.healthy, wait_s):
+            log.info(f"enrich   started at {self.url} (latency {latency_ms:g} ms, pid {proc.pid})")
+            return
+        if proc.returncode is not None:
+            raise ServiceError(
+                f"the enrichment service exited with {proc.returncode}; see "
+                f"{self.state_dir / f'service-{self.port}.log'}"
+            )
         raise ServiceError(f"the enrichment service did not answer at {self.url} in {wait_s:.0f}s")
 
     def down(self) -> None:

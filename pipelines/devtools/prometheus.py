@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -22,25 +21,31 @@ from pathlib import Path
 import yaml
 
 from pipelines.paths import PROJECT_ROOT, local_state
-from pipelines.processes import PidFile, end_groups
+from pipelines.processes import PidFile, end_groups, wait_started
+from pipelines.settings.schema import LOCAL_REPORTER_PORTS
 
 log = logging.getLogger(__name__)
 
 RULES_DIR = PROJECT_ROOT / "deploy" / "prometheus"
 DEFAULT_PORT = int(os.environ.get("PIPELINES_PROMETHEUS_PORT", "9090"))
 # metrics.prometheus_port's default range: a local run's JVM takes the first free one.
-REPORTER_PORTS = range(9249, 9260)
+REPORTER_PORTS = range(LOCAL_REPORTER_PORTS[0], LOCAL_REPORTER_PORTS[1] + 1)
 
 
 class PrometheusError(Exception):
     """Prometheus is missing, could not start, or did not answer."""
 
 
-def binary(name: str = "prometheus") -> str:
-    """The installed `prometheus` or `promtool`, or one line saying how to get it."""
-    found = shutil.which(name) or (
+def _installed(name: str) -> str | None:
+    """On PATH, or where Debian's package puts it (a PATH without /usr/bin still finds it)."""
+    return shutil.which(name) or (
         f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").is_file() else None
     )
+
+
+def binary(name: str = "prometheus") -> str:
+    """The installed `prometheus` or `promtool`, or one line saying how to get it."""
+    found = _installed(name)
     if not found:
         raise PrometheusError(
             f"{name} is not installed: `make prometheus` installs Debian's prometheus package "
@@ -52,7 +57,7 @@ def binary(name: str = "prometheus") -> str:
 def install() -> str:
     """Install Debian's package (it brings `prometheus` and `promtool`) where it is missing;
     its post-install starts no daemon without an init system, and we start none."""
-    if shutil.which("prometheus") and shutil.which("promtool"):
+    if _installed("prometheus") and _installed("promtool"):
         return "prometheus already installed"
     apt = shutil.which("apt-get")
     if not apt or os.geteuid() != 0:
@@ -144,20 +149,16 @@ class Prometheus:
                 start_new_session=True,
             )
         self.pid_file.write(proc.pid)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self.pid_file.remove()
-                raise PrometheusError(
-                    f"prometheus exited with {proc.returncode}: {self._last_log_line()} "
-                    f"(log: {self.log_path})"
-                )
-            if self.ready():
-                log.info(f"prom     started at {self.url} (pid {proc.pid})")
-                return
-            time.sleep(0.2)
-        end_groups([proc.pid])
+        if wait_started(proc, self.ready, wait_s):
+            log.info(f"prom     started at {self.url} (pid {proc.pid})")
+            return
         self.pid_file.remove()
+        if proc.returncode is not None:
+            raise PrometheusError(
+                f"prometheus exited with {proc.returncode}: {self._last_log_line()} "
+                f"(log: {self.log_path})"
+            )
+        end_groups([proc.pid])
         raise PrometheusError(f"prometheus did not become ready at {self.url} in {wait_s:.0f} s")
 
     def _last_log_line(self) -> str:

@@ -522,6 +522,7 @@ class FaultSettings(Model):
 
 
 PORT_RANGE = re.compile(r"(\d{1,5})(?:-(\d{1,5}))?")
+LOCAL_REPORTER_PORTS = (9249, 9259)  # metrics.prometheus_port's default, first to last
 
 
 class MetricsSettings(Model):
@@ -530,7 +531,8 @@ class MetricsSettings(Model):
     free port of the range, so runs side by side do not collide. A cluster's JVMs take
     theirs from the cluster's own configuration (docs/operations.md, Watching a job)."""
 
-    prometheus_port: str | None = "9249-9259"  # a port or a range A-B; null: no reporter
+    # a port or a range A-B; null: no reporter
+    prometheus_port: str | None = "{}-{}".format(*LOCAL_REPORTER_PORTS)
 
     @field_validator("prometheus_port", mode="before")
     @classmethod

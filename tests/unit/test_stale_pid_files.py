@@ -14,7 +14,7 @@ import pytest
 from pipelines.devtools.enrichment_service import Service
 from pipelines.devtools.flink_cluster import Cluster
 from pipelines.devtools.kafka_broker import Broker
-from pipelines.processes import PidFile, start_time
+from pipelines.processes import PidFile, start_time, wait_started
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +87,19 @@ def test_cluster_groups_are_ended_only_when_they_are_still_the_clusters(tmp_path
     finally:
         os.killpg(ours.pid, signal.SIGKILL)
         ours.wait()
+
+
+def test_wait_started_tells_ready_from_exited_from_too_slow():
+    """The one start-up wait the local services share: ready, exited first (returncode set),
+    or not ready in time (still running, returncode None)."""
+    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert wait_started(sleeper, lambda: True, 5) is True
+        assert wait_started(sleeper, lambda: False, 0.5) is False
+        assert sleeper.returncode is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    failing = subprocess.Popen(["sh", "-c", "exit 3"])
+    assert wait_started(failing, lambda: False, 30) is False
+    assert failing.returncode == 3
