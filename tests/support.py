@@ -366,6 +366,26 @@ def every_partition_committed(kafka, group: str, topic: str) -> bool:
     return all(o > 0 for o in committed_offsets(kafka, group, topic).values())
 
 
+def wait_until(condition, timeout: float, what: str, every: float = 0.5):
+    """Poll `condition` until it returns something true (returned) or `timeout` runs out
+    (an AssertionError naming `what`): a wait on a condition, never a tuned sleep."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def committed_count(kafka, topic: str) -> int:
+    """Records a `read_committed` reader of `topic` sees now (read, not the sum of last
+    stable offsets: those count transaction markers and aborted records too)."""
+    from pipelines.devtools.topics import read_all
+
+    return len(read_all(kafka, topic))
+
+
 def assert_nothing_committed(kafka, topic: str) -> None:
     """No record committed to `topic`, and no transaction left open on it: the read (which
     raises unless every partition reported its end) finds nothing, and each partition's

@@ -37,6 +37,7 @@ from tests.support import (
     restored_state_only,
     run_cli,
     topic_args,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -121,15 +122,6 @@ def progress_or_none(kafka, names) -> int | None:
     from pipelines.devtools.kafka_broker import broker_answers
 
     return progress(kafka, names) if broker_answers(kafka, timeout=3) else None
-
-
-def wait_until(predicate, timeout: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def local_path(uri: str) -> str:

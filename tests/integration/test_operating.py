@@ -19,7 +19,15 @@ from pipelines.devtools.topics import create_topics, end_offsets, produce, read_
 from pipelines.jobmanager import JobManager
 from pipelines.paths import local_state
 from tests.integration.helpers import RunningJob
-from tests.support import CLI, Started, restored_state_only, run_cli, topic_args
+from tests.support import (
+    CLI,
+    Started,
+    committed_count,
+    restored_state_only,
+    run_cli,
+    topic_args,
+    wait_until,
+)
 
 N = 2000
 
@@ -29,20 +37,6 @@ def _values(start: int, count: int) -> list[bytes]:
         json.dumps(demo_record(i, 1_700_000_000_000 + i)).encode()
         for i in range(start, start + count)
     ]
-
-
-def _wait(condition, timeout: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def _committed_count(kafka, topic) -> int:
-    return sum(end_offsets(kafka, topic, "read_committed").values())
 
 
 def _completed_checkpoints(jm: JobManager, job_id: str) -> int:
@@ -78,11 +72,11 @@ def test_resubmit_is_refused_and_a_repackaged_job_restores_latest_exactly_once(
     args, env, jm, state = operated
     # An attached submit prints the job id at once; Ctrl-C leaves the job running, says so.
     first = Started([*CLI, "submit", *args], env=env)
-    job_id = _wait(
+    job_id = wait_until(
         lambda: re.search(r"submitted to \S+ as ([0-9a-f]{32})", first.output), 120, "the job id"
     ).group(1)
-    _wait(lambda: _committed_count(kafka, names("out")) >= N, 120, "the first N records")
-    _wait(lambda: _completed_checkpoints(jm, job_id) >= 2, 60, "checkpoints of the first copy")
+    wait_until(lambda: committed_count(kafka, names("out")) >= N, 120, "the first N records")
+    wait_until(lambda: _completed_checkpoints(jm, job_id) >= 2, 60, "checkpoints of the first copy")
     first.proc.send_signal(signal.SIGINT)
     assert first.wait(60) == 130, first.output
     assert (
@@ -124,14 +118,14 @@ def test_resubmit_is_refused_and_a_repackaged_job_restores_latest_exactly_once(
         [*CLI, "submit", *args, *fresh_group, "--from-checkpoint", "latest", "--stop-on-exit"],
         env=env,
     )
-    resumed_id = _wait(
+    resumed_id = wait_until(
         lambda: re.search(r"submitted to \S+ as ([0-9a-f]{32})", resumed.output), 120, "its id"
     ).group(1)
     path = re.search(
         rf"resuming from file://{state}/checkpoints/passthrough/{job_id}/chk-(\d+)", resumed.output
     )
     assert path, resumed.output
-    restored = _wait(
+    restored = wait_until(
         lambda: (jm._call(f"/jobs/{resumed_id}/checkpoints").get("latest") or {}).get("restored"),
         60,
         "Flink's report of the restore",
@@ -139,7 +133,7 @@ def test_resubmit_is_refused_and_a_repackaged_job_restores_latest_exactly_once(
     assert restored["id"] == int(path.group(1)), restored
     assert restored["external_path"].endswith(f"/{job_id}/chk-{path.group(1)}"), restored
     assert (kept / "_metadata").is_file(), "re-packaging removed the earlier job's checkpoint"
-    _wait(lambda: _committed_count(kafka, names("out")) >= 2 * N, 120, "all 2N records")
+    wait_until(lambda: committed_count(kafka, names("out")) >= 2 * N, 120, "all 2N records")
     resumed.proc.send_signal(signal.SIGINT)
     assert resumed.wait(150) == 0, resumed.output
     savepoint = re.search(r"savepoint written to (\S+)", resumed.output).group(1)
@@ -161,7 +155,7 @@ def test_restore_older_than_the_transaction_timeout_is_refused_with_the_arithmet
     args += ["--set", "sink.transaction_timeout=15s", "--set", "checkpoint.timeout=10s"]
     submitted = run_cli("submit", *args, "--detached", env=env)
     job_id = re.search(r"as ([0-9a-f]{32})", submitted.stdout).group(1)
-    _wait(lambda: _completed_checkpoints(jm, job_id) >= 1, 120, "a checkpoint")
+    wait_until(lambda: _completed_checkpoints(jm, job_id) >= 1, 120, "a checkpoint")
     # Stopped with a savepoint by `pipelines jobs stop`, into the job's own savepoint dir.
     stopped = run_cli("jobs", "stop", names("tx"), "--jobmanager", jm.address).stdout
     location = re.search(r"savepoint written to file:(\S+)", stopped).group(1)
@@ -172,7 +166,7 @@ def test_restore_older_than_the_transaction_timeout_is_refused_with_the_arithmet
     newest = Path(location) / "_metadata"
     assert newest.is_file()
     # Old enough: its age plus one checkpoint interval reaches the 15 s transaction timeout.
-    _wait(lambda: time.time() - newest.stat().st_mtime + 1 >= 15, 60, "the checkpoint to age")
+    wait_until(lambda: time.time() - newest.stat().st_mtime + 1 >= 15, 60, "the checkpoint to age")
     before = {j.id for j in jm.jobs()}
     refused = run_cli(
         "submit", *args, "--detached", "--from-checkpoint", "latest", env=env, check=False
