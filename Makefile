@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
-        test test-unit test-integration bench bench-quick \
+        test test-unit test-integration bench bench-quick profile \
         bench-operators chaos chaos-smoke mutation lint format clean
 
 help: ## list the targets
@@ -100,6 +100,9 @@ bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON,
 
 bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records and cases
 	$(PY) -m bench.compare --quick
+
+profile: venv jars kafka-up ## where enrich-50ms's time goes: CPU per process, a py-spy flame graph (bench/results/profile-*)
+	$(PY) -m bench.profile $(PROFILE_ARGS)
 
 chaos: venv jars images ## every fault x 3 trials x 50,000 records on the topology: bench/results/chaos.*, table in docs/exactly-once.md
 	$(PY) -m bench.chaos

@@ -272,7 +272,11 @@ def measure(
     service_url: str,
     deadline_s: float,
     source: str,
+    during=None,
 ) -> Run:
+    """One system over one case. `during(proc, observer)`, when given, runs in a thread
+    beside the run (bench.profile samples it there); it must return once the observer is
+    done or the process has ended."""
     tag = f"bench-{case.name}-{system}-{rep}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-out": PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
@@ -294,6 +298,9 @@ def measure(
         cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
     )
     error = ""
+    watcher = threading.Thread(target=during, args=(proc, observer), daemon=True)
+    if during is not None:
+        watcher.start()
     try:
         while not observer.done.wait(0.5):
             if proc.poll() is not None:
@@ -313,6 +320,8 @@ def measure(
         log.close()
         observer.stop.set()
         observer.join(30)
+        if watcher.is_alive():
+            watcher.join(60)
         shutil.rmtree(state_dir, ignore_errors=True)
     delete_topics(bootstrap, topics)
     times = observer.times

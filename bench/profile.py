@@ -1,0 +1,200 @@
+"""`make profile`: where one case's time goes, measured while the project's job runs it.
+
+The job runs the case exactly as `make bench` runs it (same input, service, observer and
+settings). Once a fifth of the output is visible, for `--window` seconds:
+
+- the CPU time of every process taking part, from /proc: the CLI (which hosts the Python
+  worker in a local run: Flink's loopback mode), the job's JVM, the broker and the
+  enrichment service, as cores and as microseconds per record at the rate the observer
+  saw in the same window. Their sum against the machine's cores says whether the job is
+  short of CPU or waits;
+- a py-spy flame graph of the Python worker counting only samples that hold the GIL
+  (`--gil`): time spent waiting (for lookups, for the JVM) does not fill the picture, and
+  the GIL share says how busy the one core Python can use was.
+
+Writes bench/results/profile-<case>[-<label>].{txt,svg}. A measurement, not a test: the
+numbers are this machine's, and the README quotes them with the run they came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from bench.compare import RESULTS, Observer, cases, fill_input, measure
+from bench.compare import TUNED as COMPARE_TUNED
+from pipelines.devtools.enrichment_service import Service
+from pipelines.devtools.kafka_broker import Broker
+from pipelines.devtools.ports import free_ports
+from pipelines.devtools.topics import delete_topics
+from pipelines.processes import ProcessGroups, descendants, proc_stats_of
+
+TICKS = os.sysconf("SC_CLK_TCK")
+TITLE = re.compile(r"<title>(.+?) \(([\d,]+) samples?, [\d.]+%\)</title>")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    fields = proc_stats_of(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def py_spy() -> str:
+    found = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(found).exists():
+        sys.exit("error: py-spy is not installed: run `make venv` (the bench extra has it)")
+    return found
+
+
+def hottest_frames(svg: Path, count: int = 25) -> tuple[int, list[tuple[int, str]]]:
+    """(all samples, the frames with the most samples below them) from py-spy's SVG: each
+    frame's title carries its inclusive count; a frame seen on several stacks is summed."""
+    frames: Counter[str] = Counter()
+    total = 0
+    for name, samples in TITLE.findall(svg.read_text(errors="replace")):
+        n = int(samples.replace(",", ""))
+        if name == "all":
+            total = n
+        else:
+            frames[html.unescape(name)] += n
+    return total, [(n, name) for name, n in frames.most_common(count)]
+
+
+class Sampler:
+    """Runs beside `measure`: waits for a fifth of the output, then samples one window."""
+
+    def __init__(self, case, window_s: float, svg: Path, others: dict[str, int | None]):
+        self.case, self.window_s, self.svg, self.others = case, window_s, svg, others
+        self.result: dict | None = None
+
+    def __call__(self, proc: subprocess.Popen, observer: Observer) -> None:
+        while len(observer.times) < self.case.records * 0.2:
+            if observer.done.is_set() or observer.stop.is_set() or proc.poll() is not None:
+                return
+            time.sleep(0.2)
+        labels = {proc.pid: "Python worker (the CLI, loopback)"}
+        for pid in descendants(proc.pid) - {proc.pid}:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:  # gone since
+                continue
+            if comm == "java":
+                labels[pid] = "Flink JVM (mini-cluster)"
+        labels.update({pid: name for name, pid in self.others.items() if pid})
+        before = {pid: cpu_seconds(pid) for pid in labels}
+        seen_before, started = len(observer.times), time.monotonic()
+        owner = ProcessGroups()
+        spy = owner.popen(
+            [py_spy(), "record", "--gil", "--nonblocking", "--rate", "100"]
+            + ["--duration", str(int(self.window_s)), "--pid", str(proc.pid)]
+            + ["--output", str(self.svg), "--format", "flamegraph"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            spy.wait(self.window_s + 60)
+        finally:
+            owner.end()
+        elapsed = time.monotonic() - started
+        after = {pid: cpu_seconds(pid) for pid in labels}
+        rate = (len(observer.times) - seen_before) / elapsed
+        cores = {
+            labels[pid]: (after[pid] - before[pid]) / elapsed  # type: ignore[operator]
+            for pid in labels
+            if before[pid] is not None and after[pid] is not None
+        }
+        self.result = {"window_s": elapsed, "rate": rate, "cores": cores}
+
+
+def report(case_name: str, label: str, result: dict, svg: Path) -> str:
+    rate, window = result["rate"], result["window_s"]
+    lines = [
+        f"profile of {case_name} ({label}): {window:.0f} s window at {rate:,.0f} records/s "
+        "visible (read_committed)",
+        "",
+        f"{'process':36} {'cores':>6} {'us CPU/record':>14}",
+        "-" * 58,
+    ]
+    for name, cores in sorted(result["cores"].items(), key=lambda kv: -kv[1]):
+        per = f"{cores / rate * 1e6:14.1f}" if rate else f"{'-':>14}"
+        lines.append(f"{name:36} {cores:6.2f} {per}")
+    total = sum(result["cores"].values())
+    lines.append(f"{'all of them':36} {total:6.2f}   of {os.cpu_count()} cores")
+    if svg.exists():
+        samples, frames = hottest_frames(svg)
+        share = samples / (100 * window) if window else 0
+        lines += [
+            "",
+            f"Python worker holding the GIL: {samples} samples at 100/s = {share:.0%} of "
+            f"the window (flame graph: {svg.name})",
+            f"{'samples':>8}  frame (inclusive)",
+        ]
+        lines += [f"{n:8}  {name}" for n, name in frames]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", default="enrich-50ms")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--label", default="", help="a suffix for the result files")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings for this run (repeatable): profile a variant under --label",
+    )
+    args = parser.parse_args(argv)
+    known = {c.name: c for c in cases(quick=False)}
+    if args.case not in known:
+        sys.exit(f"error: no case {args.case!r}: one of {', '.join(known)}")
+    case = replace(known[args.case], records=args.records)
+    stem = f"profile-{case.name}" + (f"-{args.label}" if args.label else "")
+    svg, txt = RESULTS / f"{stem}.svg", RESULTS / f"{stem}.txt"
+    svg.unlink(missing_ok=True)
+    broker = Broker()
+    broker.up()
+    service = Service(port=free_ports())
+    service.up(latency_ms=case.latency_ms)
+    others = {"Kafka broker": broker.pid(), "enrichment service": service.pid_file.live()}
+    sampler = Sampler(case, args.window, svg, others)
+    system = "project-tuned" if args.sets else "project"
+    COMPARE_TUNED[case.kind] = [arg for item in args.sets for arg in ("--set", item)]
+    source = ""
+    try:
+        source = fill_input(case, broker.bootstrap)
+        run = measure(
+            case,
+            system,
+            1,
+            broker.bootstrap,
+            service.url,
+            120 + case.records / 100,
+            source,
+            during=sampler,
+        )
+    finally:
+        service.down()
+        if source:
+            delete_topics(broker.bootstrap, [source])
+    if run.error or sampler.result is None:
+        sys.exit(f"error: no profile: {run.error or 'the run ended before its window'}")
+    label = "settings: " + ", ".join(args.sets) if args.sets else "the job's defaults"
+    text = report(case.name, label, sampler.result, svg)
+    txt.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
