@@ -28,6 +28,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -194,6 +196,12 @@ TUNED = {
 }
 
 
+def use_tuning(items: list[str]) -> None:
+    """`KEY=VALUE` settings for every project-tuned run instead of the committed ones."""
+    for kind in TUNED:
+        TUNED[kind] = [arg for item in items for arg in ("--set", item)]
+
+
 # The Beam pipeline runs beside the PyFlink job where the issue asks for it: 50 ms lookups.
 BEAM_CASES = {"enrich-50ms"}
 
@@ -264,6 +272,25 @@ def fill_input(case: Case, bootstrap: str) -> str:
     return topic
 
 
+@contextmanager
+def broker_and_service(latency_ms: int = 50) -> Iterator[tuple[Broker, Service]]:
+    """The local broker (left running, as `make kafka-up` leaves it) and a demo enrichment
+    service on a free port, stopped on the way out: what every benchmark runs against."""
+    broker = Broker()
+    broker.up()
+    service = Service(port=free_ports())
+    service.up(latency_ms=latency_ms)
+    try:
+        yield broker, service
+    finally:
+        service.down()
+
+
+def deadline_s(case: Case) -> float:
+    """How long one system may take over `case` before its run counts as failed."""
+    return 120 + case.records / 100
+
+
 def measure(
     case: Case,
     system: str,
@@ -298,8 +325,9 @@ def measure(
         cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
     )
     error = ""
-    watcher = threading.Thread(target=during, args=(proc, observer), daemon=True)
+    watcher = None
     if during is not None:
+        watcher = threading.Thread(target=during, args=(proc, observer), daemon=True)
         watcher.start()
     try:
         while not observer.done.wait(0.5):
@@ -320,7 +348,7 @@ def measure(
         log.close()
         observer.stop.set()
         observer.join(30)
-        if watcher.is_alive():
+        if watcher is not None:
             watcher.join(60)
         shutil.rmtree(state_dir, ignore_errors=True)
     delete_topics(bootstrap, topics)
@@ -486,8 +514,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.tune:
-        for kind in TUNED:
-            TUNED[kind] = [arg for item in args.tune for arg in ("--set", item)]
+        use_tuning(args.tune)
     if args.page:
         PAGE.write_text(page_with_table(PAGE.read_text(), (RESULTS / "compare.txt").read_text()))
         return
@@ -496,46 +523,41 @@ def main(argv: list[str] | None = None) -> None:
 
     ensure_java()  # set up before any run, so no start-up figure includes mvn or go
     ensure_prism()
-    broker = Broker()
-    broker.up()
-    service = Service(port=free_ports())
-    service.up(latency_ms=50)
     selected = [c for c in cases(args.quick) if not args.cases or c.name in args.cases.split(",")]
     if args.records:
         selected = [replace(c, records=args.records) for c in selected]
     runs: list[Run] = []
     inputs: dict[str, str] = {}
-    try:
-        for case in selected:
-            inputs[case.name] = fill_input(case, broker.bootstrap)
-        for rep in range(1, args.reps + 1):
+    with broker_and_service() as (broker, service):
+        try:
             for case in selected:
-                service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
-                order = systems_for(case, tuned=not args.quick)
-                if args.systems:
-                    order = [s for s in order if s in args.systems.split(",")]
-                for system in order if rep % 2 else order[::-1]:
-                    deadline = 120 + case.records / 100
-                    run = measure(
-                        case,
-                        system,
-                        rep,
-                        broker.bootstrap,
-                        service.url,
-                        deadline,
-                        inputs[case.name],
-                    )
-                    runs.append(run)
-                    rate = f"{run.rate:,.0f}/s" if run.rate else "-"
-                    start = f"{run.startup_s:.1f}s" if run.startup_s is not None else "-"
-                    print(
-                        f"rep {rep} {case.name:13} {system:14} {rate:>12} start {start:>6} "
-                        f"{run.error}",
-                        flush=True,
-                    )
-    finally:
-        service.down()
-        delete_topics(broker.bootstrap, list(inputs.values()))
+                inputs[case.name] = fill_input(case, broker.bootstrap)
+            for rep in range(1, args.reps + 1):
+                for case in selected:
+                    service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
+                    order = systems_for(case, tuned=not args.quick)
+                    if args.systems:
+                        order = [s for s in order if s in args.systems.split(",")]
+                    for system in order if rep % 2 else order[::-1]:
+                        run = measure(
+                            case,
+                            system,
+                            rep,
+                            broker.bootstrap,
+                            service.url,
+                            deadline_s(case),
+                            inputs[case.name],
+                        )
+                        runs.append(run)
+                        rate = f"{run.rate:,.0f}/s" if run.rate else "-"
+                        start = f"{run.startup_s:.1f}s" if run.startup_s is not None else "-"
+                        print(
+                            f"rep {rep} {case.name:13} {system:14} {rate:>12} start {start:>6} "
+                            f"{run.error}",
+                            flush=True,
+                        )
+        finally:
+            delete_topics(broker.bootstrap, list(inputs.values()))
     summaries = summarise(runs)
     text = table(summaries)
     print(text)

@@ -21,10 +21,9 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
+from bench.compare import broker_and_service
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.enrichment_service import Service
-from pipelines.devtools.kafka_broker import Broker
-from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import (
     committed_offsets,
     create_topics,
@@ -242,12 +241,8 @@ def main(argv: list[str] | None = None) -> None:
         saved = json.loads((RESULTS / "enrichment.json").read_text())
         _chart([Result(**r) for r in saved["results"]])
         return
-    broker = Broker()
-    broker.up()
-    service = Service(port=free_ports())
-    service.up(latency_ms=50)
     results: list[Result] = []
-    try:
+    with broker_and_service() as (broker, service):
         map_rate = plain_map_rate(broker.bootstrap, 100_000 if not args.quick else 30_000)
         print(f"plain Python map (passthrough job): {map_rate:,.0f} records/s")
         for latency, capacity, slots in CASES_QUICK if args.quick else CASES_FULL:
@@ -266,8 +261,6 @@ def main(argv: list[str] | None = None) -> None:
             for result in row.values():
                 result.ratio_to_async = result.rate / row["async"].rate
                 results.append(result)
-    finally:
-        service.down()
     write_results(results, map_rate)
 
 

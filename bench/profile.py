@@ -30,11 +30,16 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from bench.compare import RESULTS, Observer, cases, fill_input, measure
-from bench.compare import TUNED as COMPARE_TUNED
-from pipelines.devtools.enrichment_service import Service
-from pipelines.devtools.kafka_broker import Broker
-from pipelines.devtools.ports import free_ports
+from bench.compare import (
+    RESULTS,
+    Observer,
+    broker_and_service,
+    cases,
+    deadline_s,
+    fill_input,
+    measure,
+    use_tuning,
+)
 from pipelines.devtools.topics import delete_topics
 from pipelines.processes import ProcessGroups, descendants, proc_stats_of
 
@@ -163,30 +168,24 @@ def main(argv: list[str] | None = None) -> None:
     stem = f"profile-{case.name}" + (f"-{args.label}" if args.label else "")
     svg, txt = RESULTS / f"{stem}.svg", RESULTS / f"{stem}.txt"
     svg.unlink(missing_ok=True)
-    broker = Broker()
-    broker.up()
-    service = Service(port=free_ports())
-    service.up(latency_ms=case.latency_ms)
-    others = {"Kafka broker": broker.pid(), "enrichment service": service.pid_file.live()}
-    sampler = Sampler(case, args.window, svg, others)
+    use_tuning(args.sets)
     system = "project-tuned" if args.sets else "project"
-    COMPARE_TUNED[case.kind] = [arg for item in args.sets for arg in ("--set", item)]
-    source = ""
-    try:
+    with broker_and_service(case.latency_ms) as (broker, service):
+        others = {"Kafka broker": broker.pid(), "enrichment service": service.pid_file.live()}
+        sampler = Sampler(case, args.window, svg, others)
         source = fill_input(case, broker.bootstrap)
-        run = measure(
-            case,
-            system,
-            1,
-            broker.bootstrap,
-            service.url,
-            120 + case.records / 100,
-            source,
-            during=sampler,
-        )
-    finally:
-        service.down()
-        if source:
+        try:
+            run = measure(
+                case,
+                system,
+                1,
+                broker.bootstrap,
+                service.url,
+                deadline_s(case),
+                source,
+                during=sampler,
+            )
+        finally:
             delete_topics(broker.bootstrap, [source])
     if run.error or sampler.result is None:
         sys.exit(f"error: no profile: {run.error or 'the run ended before its window'}")
