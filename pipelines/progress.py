@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -12,6 +15,10 @@ from pipelines.errors import MAX_ERROR_CHARS, explain_python_error, last_cause
 from pipelines.flink_compat import metric_totals
 
 log = logging.getLogger(__name__)
+
+# How long after submission a client watches for every task to run, to trigger the first
+# checkpoint then (ProgressMonitor.first_checkpoint); after it the periodic ones go on alone.
+FIRST_CHECKPOINT_WAIT_S = 180.0
 
 
 class ProgressMonitor:
@@ -23,6 +30,7 @@ class ProgressMonitor:
         self.trace_log = trace_log
         self._last_checkpoints = 0
         self._failures_seen: set[tuple] = set()
+        self._failed_ids: set[int] = set()  # checkpoints that started and failed
 
     def failures(self) -> list[str]:
         """One line for each failure of the job since the last call (each restarts it, the
@@ -63,6 +71,45 @@ class ProgressMonitor:
         with urllib.request.urlopen(f"{self.base}{path}", timeout=2) as resp:
             return json.load(resp)
 
+    def _post(self, path: str, body: dict):
+        if self.base is None:
+            raise LookupError("no REST address")
+        request = urllib.request.Request(
+            f"{self.base}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return json.load(resp)
+
+    def first_checkpoint(self) -> bool:
+        """Trigger the job's first checkpoint as soon as every task runs; True once that is
+        done or not needed (a checkpoint completed or is under way, or the JobManager
+        refuses manual checkpoints), False while tasks are still starting.
+
+        Exactly-once output becomes visible only when a checkpoint completes. The periodic
+        triggers made while the tasks start (a Python stage starts its worker inside its
+        task) are declined, and the next one comes an interval later: with 5 s checkpoints
+        the first output waited up to 5 s after the job was ready."""
+        try:
+            job = self._get(f"/jobs/{self.job_id}")
+            if job.get("state") != "RUNNING":
+                return False
+            for vertex in job.get("vertices", []):
+                if (vertex.get("tasks") or {}).get("RUNNING", 0) < vertex.get("parallelism", 1):
+                    return False
+            counts = self._get(f"/jobs/{self.job_id}/checkpoints").get("counts", {})
+            if counts.get("completed") or counts.get("in_progress"):
+                return True
+            self._post(f"/jobs/{self.job_id}/checkpoints", {"checkpointType": "CONFIGURED"})
+        except urllib.error.HTTPError as exc:  # refused: the periodic trigger will do
+            log.debug(f"no early first checkpoint: HTTP {exc.code}")
+            return True
+        except Exception:  # noqa: BLE001 - not up yet, or between states
+            return False
+        return True
+
     def completed_checkpoints(self) -> int:
         try:
             counts = self._get(f"/jobs/{self.job_id}/checkpoints")["counts"]
@@ -87,8 +134,18 @@ class ProgressMonitor:
         latest = (cps.get("latest") or {}).get("completed") or {}
         counts = cps.get("counts", {})
         failed = (cps.get("latest") or {}).get("failed") or {}
+        # Flink counts a trigger declined because tasks were not yet running (while a job
+        # starts or restarts: a Python stage starts its worker inside its task) as a failed
+        # checkpoint, although no checkpoint began; only those that began have an id.
+        self._failed_ids.update(
+            h["id"] for h in cps.get("history") or [] if h.get("status") == "FAILED"
+        )
+        if failed.get("id") is not None:
+            self._failed_ids.add(failed["id"])
+        real = min(len(self._failed_ids), counts.get("failed", 0))
+        declined = counts.get("failed", 0) - real
         why_failed = ""
-        if counts.get("failed") and failed.get("failure_message"):
+        if real and failed.get("failure_message"):
             why_failed = f" (last: {' '.join(failed['failure_message'].split())[:200]})"
         self._last_checkpoints = counts.get("completed", self._last_checkpoints)
         slowest = ((cps.get("summary") or {}).get("end_to_end_duration") or {}).get("max", 0)
@@ -107,9 +164,28 @@ class ProgressMonitor:
             )
         if "deadLetters" in totals:
             parts.append(f"dead letters {totals['deadLetters']}")
-        parts += [
-            cp,
-            f"checkpoints {counts.get('completed', 0)} completed, {counts.get('failed', 0)} failed"
-            f"{why_failed}",
-        ]
+        parts.append(cp)
+        if declined:
+            parts.append(f"{declined} declined while tasks started")
+        parts.append(
+            f"checkpoints {counts.get('completed', 0)} completed, {real} failed{why_failed}"
+        )
         return " | ".join(parts)
+
+
+def first_checkpoint_soon(base_url: str, job_id: str, stop: threading.Event) -> threading.Thread:
+    """A daemon thread that triggers a submitted job's first checkpoint as soon as its tasks
+    run (ProgressMonitor.first_checkpoint), for a client that does nothing else meanwhile;
+    it gives up after FIRST_CHECKPOINT_WAIT_S or when `stop` is set."""
+
+    def watch() -> None:
+        monitor = ProgressMonitor(base_url, job_id)
+        deadline = time.monotonic() + FIRST_CHECKPOINT_WAIT_S
+        while time.monotonic() < deadline and not stop.is_set():
+            if monitor.first_checkpoint():
+                return
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=watch, name="first-checkpoint", daemon=True)
+    thread.start()
+    return thread

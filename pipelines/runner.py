@@ -39,7 +39,7 @@ from pipelines.logs import install_cli_handler
 from pipelines.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
 from pipelines.paths import local_state
 from pipelines.processes import PidFile, ProcessGroups
-from pipelines.progress import ProgressMonitor
+from pipelines.progress import FIRST_CHECKPOINT_WAIT_S, ProgressMonitor
 from pipelines.settings import SecretMask
 from pipelines.stopping import CANCEL_TIMEOUT_S, SAVEPOINT_TIMEOUT_S, StopRequested, StopSignals
 from pipelines.worker_output import WorkerOutput, thread_errors_to, worker_log_path
@@ -199,16 +199,22 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     failures_log.unlink(missing_ok=True)  # this run's failures only
     monitor = ProgressMonitor(url, job_id, failures_log)
     outcome = client.get_job_execution_result()
-    shown, shown_at = None, 0.0
+    shown, shown_at, looked_at = None, 0.0, 0.0
+    # While the tasks start, look often: the first checkpoint is triggered the moment they run.
+    starting_until = time.monotonic() + FIRST_CHECKPOINT_WAIT_S if url else 0.0
     while not outcome.done():
-        for failure in monitor.failures():
-            log.info(failure)
-        line = monitor.line()
-        # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
-        if line and (line != shown or time.monotonic() - shown_at > 30):
-            log.info(line)
-            shown, shown_at = line, time.monotonic()
-        _wait_done(outcome, progress_every)
+        if time.monotonic() < starting_until and monitor.first_checkpoint():
+            starting_until = 0.0
+        if time.monotonic() - looked_at >= progress_every:
+            looked_at = time.monotonic()
+            for failure in monitor.failures():
+                log.info(failure)
+            line = monitor.line()
+            # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
+            if line and (line != shown or time.monotonic() - shown_at > 30):
+                log.info(line)
+                shown, shown_at = line, time.monotonic()
+        _wait_done(outcome, 0.2 if time.monotonic() < starting_until else progress_every)
     for failure in monitor.failures():  # the one that ended the job, if any
         log.info(failure)
     checkpoints = monitor.completed_checkpoints()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
 
 from pipelines import cli
 from pipelines.devtools import containers, prometheus
@@ -34,6 +35,7 @@ from pipelines.loading import load, prepare
 from pipelines.packaging import package_job
 from pipelines.paths import local_state, state_root
 from pipelines.processes import ProcessGroups
+from pipelines.progress import first_checkpoint_soon
 from pipelines.settings import parse_duration_ms
 from pipelines.settings.kafka_clients import java_client_properties
 from pipelines.stopping import StopSignals
@@ -201,6 +203,7 @@ def _submit(args) -> int:
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     job_id, lines = None, []
+    client_done = threading.Event()
     try:
         proc = owner.popen(
             command + extra,
@@ -220,12 +223,15 @@ def _submit(args) -> int:
             if found and job_id is None:
                 job_id = found.group(1)
                 print(f"job {args.job} submitted to {jm.url} as {job_id}", flush=True)
+                if not args.detached:  # the client waits anyway: no checkpoint interval too
+                    first_checkpoint_soon(jm.url, job_id, client_done)
         proc.wait()
     except KeyboardInterrupt as stop:  # StopRequested too (SIGTERM)
         owner.end(grace_s=2.0)
         stops.restore()
         return _client_stopped(args, jm, job_id, prefix, savepoint_dir(settings), stop)
     finally:
+        client_done.set()
         owner.end()
         stops.restore()
     if proc.returncode != 0:
