@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
-        test test-unit test-integration bench bench-quick profile \
+        test test-unit test-integration bench bench-quick bench-latency wrk profile \
         bench-operators chaos chaos-smoke mutation lint format clean
 
 help: ## list the targets
@@ -95,8 +95,18 @@ test-unit: venv prometheus ## unit tests only (no broker, no cluster)
 test-integration: venv jars beam-setup images prometheus ## integration tests only
 	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
 
-bench: venv jars kafka-up ## the jobs against Quix Streams, 3 reps: table, JSON, PNG in bench/results
+bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's measured limit, then latency: tables, JSON, PNGs in bench/results
 	$(PY) -m bench.compare
+	$(PY) -m bench.latency
+
+bench-latency: venv jars kafka-up ## produce-to-visible latency at 50%/90% of make bench's rates, checkpoint 1/5/10 s, with Quix
+	$(PY) -m bench.latency $(LATENCY_ARGS)
+
+wrk: ## Debian's wrk, the load generator that measures the enrichment service's maximum (skipped with a note if it cannot be installed)
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && export DEBIAN_FRONTEND=noninteractive && \
+	  { apt-get install -y -q --no-install-recommends wrk >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends wrk >/dev/null 2>&1; }; }; } || \
+	  echo "wrk is not installed (sudo apt-get install wrk): make bench will not measure the service's maximum"
 
 bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records and cases
 	$(PY) -m bench.compare --quick

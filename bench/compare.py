@@ -33,11 +33,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bench.limits import case_limits, default_capacity, service_max
 from pipelines.devtools.enrichment_service import Service
 from pipelines.devtools.kafka_broker import Broker
 from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics, delete_topics, produce
-from pipelines.processes import ProcessGroups
+from pipelines.processes import ProcessGroups, descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -66,6 +67,7 @@ class Run:
     seen: int
     distinct: int
     error: str = ""
+    rss_mb: float | None = None  # median resident memory of the run's processes, steady
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Summary:
     startups: list[float] = field(default_factory=list)
     e2e_rates: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float | None:
@@ -88,6 +91,10 @@ class Summary:
     @property
     def startup(self) -> float | None:
         return statistics.median(self.startups) if self.startups else None
+
+    @property
+    def rss_mb(self) -> float | None:
+        return statistics.median(self.rss) if self.rss else None
 
 
 def bench_values(count: int) -> list[bytes]:
@@ -111,7 +118,13 @@ def bench_values(count: int) -> list[bytes]:
 
 
 def project_command(
-    case: Case, tag: str, source: str, bootstrap: str, service_url: str, extra: list[str]
+    case: Case,
+    tag: str,
+    source: str,
+    bootstrap: str,
+    service_url: str,
+    extra: list[str],
+    interval_s: float = 1.0,
 ) -> list[str]:
     job = "enrich" if case.kind == "enrich" else "passthrough"
     sets = {
@@ -121,7 +134,7 @@ def project_command(
         "sink.topic": f"{tag}-out",
         "sink.transactional_id_prefix": tag,
         "sink.dead_letter_topic": f"{tag}-dlq",
-        "checkpoint.interval": "1s",
+        "checkpoint.interval": f"{interval_s:g}s",
     }
     if case.kind == "copy-json":
         sets["parse.validate_records"] = "true"
@@ -157,34 +170,42 @@ def beam_command(case: Case, tag: str, source: str, bootstrap: str, service_url:
     return args
 
 
-def quix_command(
-    case: Case, tag: str, source: str, bootstrap: str, service_url: str, state_dir: str
+def peer_command(
+    system: str,
+    case: Case,
+    tag: str,
+    source: str,
+    bootstrap: str,
+    service_url: str,
+    state_dir: str,
+    interval_s: float = 1.0,
 ) -> list[str]:
-    common = [
-        "--bootstrap",
-        bootstrap,
-        "--source",
-        source,
-        "--sink",
-        f"{tag}-out",
-        "--group",
-        tag,
-        "--state-dir",
-        state_dir,
-    ]
+    """A peer's app for the case (bench/peers): Quix as a user first writes it, or a peer
+    with the settings its own search found best (PEER_TUNED)."""
+    peer = system.removesuffix("-tuned")
+    app = f"{peer}_enrich" if case.kind == "enrich" else f"{peer}_copy"
+    cmd = [sys.executable, "-m", f"bench.peers.{app}", "--commit-interval", f"{interval_s:g}"]
+    cmd += ["--bootstrap", bootstrap, "--source", source, "--sink", f"{tag}-out"]
+    cmd += ["--group", tag, "--state-dir", state_dir]
     if case.kind == "enrich":
-        return [
-            sys.executable,
-            "-m",
-            "bench.peers.quix_enrich",
-            *common,
-            "--url",
-            service_url,
-            "--window",
-            str(QUIX_WINDOW),
-        ]
-    fmt = "bytes" if case.kind == "copy-bytes" else "json"
-    return [sys.executable, "-m", "bench.peers.quix_copy", *common, "--format", fmt]
+        cmd += ["--url", service_url]
+        if peer == "quix":
+            cmd += ["--window", str(QUIX_WINDOW)]
+    else:
+        cmd += ["--format", "bytes" if case.kind == "copy-bytes" else "json"]
+    if system.endswith("-tuned") or system == "bytewax":
+        cmd += PEER_TUNED[peer][case.kind]
+    return cmd
+
+
+# The peers' best settings per case kind, from `python -m bench.peer_search` (its table:
+# bench/results/peer-search.txt): the same tuning effort as project-tuned gets. Bytewax runs
+# with its best only; Quix runs both as a user first writes it and tuned (`quix-tuned`).
+PEER_TUNED: dict[str, dict[str, list[str]]] = {
+    "quix": {"copy-bytes": [], "copy-json": [], "enrich": []},
+    "bytewax": {"copy-bytes": [], "copy-json": [], "enrich": []},
+}
+PEERS = ("quix", "quix-tuned", "bytewax")
 
 
 # Project variants: the defaults, and the best settings found by hand for the case (the
@@ -192,7 +213,7 @@ def quix_command(
 TUNED = {
     "copy-bytes": [],  # nothing to tune: the copy never leaves the JVM
     "copy-json": ["--set", "source.max_poll_records=2000"],
-    "enrich": ["--set", "enrichment.capacity=8000"],
+    "enrich": ["--set", "enrichment.capacity=16000"],  # the best rate at 50 ms, make profile
 }
 
 
@@ -207,11 +228,16 @@ BEAM_CASES = {"enrich-50ms"}
 
 
 def systems_for(case: Case, tuned: bool) -> list[str]:
-    names = ["project", "quix"]
+    names = ["project"]
     if tuned and TUNED[case.kind]:
-        names.insert(1, "project-tuned")
+        names.append("project-tuned")
     if case.name in BEAM_CASES:
-        names.insert(-1, "beam")
+        names.append("beam")
+    names.append("quix")
+    if tuned and PEER_TUNED["quix"][case.kind]:
+        names.append("quix-tuned")
+    if tuned:
+        names.append("bytewax")
     return names
 
 
@@ -308,8 +334,8 @@ def measure(
     topics = {f"{tag}-out": PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
     state_dir = tempfile.mkdtemp(prefix="bench-state-")
-    if system == "quix":
-        cmd = quix_command(case, tag, source, bootstrap, service_url, state_dir)
+    if system in PEERS:
+        cmd = peer_command(system, case, tag, source, bootstrap, service_url, state_dir)
     elif system == "beam":
         cmd = beam_command(case, tag, source, bootstrap, service_url)
     else:
@@ -329,8 +355,11 @@ def measure(
     if during is not None:
         watcher = threading.Thread(target=during, args=(proc, observer), daemon=True)
         watcher.start()
+    rss: list[float] = []
     try:
         while not observer.done.wait(0.5):
+            if case.records * 0.1 <= len(observer.times) <= case.records * 0.9:
+                rss.append(tree_rss_mb(proc.pid))
             if proc.poll() is not None:
                 error = f"exited with {proc.returncode} (see {log.name})"
                 break
@@ -339,7 +368,7 @@ def measure(
                 break
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT if system != "quix" else signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM if system in PEERS else signal.SIGINT)
             try:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
@@ -366,7 +395,22 @@ def measure(
         rate = 0.8 * seen / max(t90 - t10, 1e-3)
     if seen > distinct:
         error = (error + "; " if error else "") + f"{seen - distinct} duplicates"
-    return Run(case.name, system, rep, rate, startup, e2e, seen, distinct, error)
+    rss_mb = statistics.median(rss) if rss else None
+    return Run(case.name, system, rep, rate, startup, e2e, seen, distinct, error, rss_mb)
+
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and every process below it (JVMs, Python workers), in MB."""
+    total = 0
+    for each in descendants(pid):
+        try:
+            total += int(Path(f"/proc/{each}/statm").read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # gone since
+            continue
+    return total * PAGE_SIZE / 1e6
 
 
 # -- the whole benchmark ------------------------------------------------------------------
@@ -402,35 +446,95 @@ def summarise(runs: list[Run]) -> list[Summary]:
             s.e2e_rates.append(run.e2e_rate)
         if run.error:
             s.failures.append(f"rep {run.rep}: {run.error}")
+        if run.rss_mb is not None:
+            s.rss.append(run.rss_mb)
     return list(summaries.values())
+
+
+def limits_of(
+    summaries: list[Summary], selected: list[Case], services: dict[str, float | None]
+) -> dict[str, dict[str, float]]:
+    """Each case's limits by name (bench.limits), from this run's own figures."""
+    medians = {(s.case, s.system): s.median for s in summaries}
+    capacity = default_capacity()
+    return {
+        case.name: case_limits(
+            case.kind,
+            case.latency_ms,
+            capacity,
+            jvm_copy=medians.get(("copy-bytes", "project")),
+            parse_only=medians.get(("copy-json", "project")),
+            service=services.get(case.name),
+        )
+        for case in selected
+    }
+
+
+def limits_text(limits: dict[str, dict[str, float]], notes: dict[str, str]) -> str:
+    """Below the table: every limit of every case, the smallest marked."""
+    lines = ["limits (records/s; `of lim` = median / the smallest):"]
+    for case, found in limits.items():
+        if not found:
+            why = (
+                "none: this case is the JVM-only copy"
+                if case == "copy-bytes"
+                else "none measured: the JVM-only copy needs the copy-bytes case in the run"
+            )
+            lines.append(f"  {case:13} {why}")
+            continue
+        least = min(found, key=found.__getitem__)
+        parts = [
+            f"{'*' if name == least else ''}{name} {rate:,.0f}" for name, rate in found.items()
+        ]
+        note = f" [service: {notes[case]}]" if notes.get(case) else ""
+        lines.append(f"  {case:13} " + ", ".join(parts) + note)
+    return "\n".join(lines)
 
 
 def _cell(value: float | None, spec: str, width: int) -> str:
     return format(value, spec) if value is not None else "-".rjust(width)
 
 
-def table(summaries: list[Summary]) -> str:
+def table(summaries: list[Summary], limits: dict[str, dict[str, float]] | None = None) -> str:
+    limits = limits or {}
     header = (
         f"{'case':13} {'system':14} {'min/s':>9} {'median/s':>9} {'max/s':>9} "
-        f"{'x quix':>7} {'start s':>8} {'e2e/s':>8}  notes"
+        f"{'x quix':>7} {'x peer':>7} {'of lim':>6} {'start s':>8} {'e2e/s':>8} {'RSS MB':>7}  notes"
     )
     lines = [header, "-" * len(header)]
     peers = {s.case: s.median for s in summaries if s.system == "quix"}
+    best: dict[str, float] = {}  # the best peer's median per case: `x peer` is best with best
+    for s in summaries:
+        if s.system in PEERS and s.median:
+            best[s.case] = max(best.get(s.case, 0.0), s.median)
     for s in summaries:
         peer = peers.get(s.case)
         ratio = s.median / peer if s.median and peer else None
+        versus = s.median / best[s.case] if s.median and s.case in best else None
         low, high = (min(s.rates), max(s.rates)) if s.rates else (None, None)
+        found = limits.get(s.case)
+        share = s.median / min(found.values()) if found and s.median else None
         lines.append(
             f"{s.case:13} {s.system:14} {_cell(low, '9,.0f', 9)} "
             f"{_cell(s.median, '9,.0f', 9)} {_cell(high, '9,.0f', 9)} "
-            f"{_cell(ratio, '7.2f', 7)} {_cell(s.startup, '8.1f', 8)} "
-            f"{_cell(s.e2e, '8,.0f', 8)}  "
-            f"{'; '.join(s.failures)}"
+            f"{_cell(ratio, '7.2f', 7)} {_cell(versus, '7.2f', 7)} {_cell(share, '6.0%', 6)} "
+            f"{_cell(s.startup, '8.1f', 8)} "
+            f"{_cell(s.e2e, '8,.0f', 8)} {_cell(s.rss_mb, '7,.0f', 7)}  "
+            f"{'; '.join(([AT_LEAST_ONCE[s.system]] if s.system in AT_LEAST_ONCE else []) + s.failures)}"
         )
     return "\n".join(lines)
 
 
-def chart(summaries: list[Summary], path: Path) -> None:
+# Systems that write at least once (the others: exactly once, read back with read_committed).
+AT_LEAST_ONCE = {
+    "beam": "at least once (KafkaIO write, no transactions)",
+    "bytewax": "at least once (its Kafka sink has no transactions)",
+}
+
+
+def chart(
+    summaries: list[Summary], path: Path, limits: dict[str, dict[str, float]] | None = None
+) -> None:
     try:
         import matplotlib
 
@@ -455,6 +559,11 @@ def chart(summaries: list[Summary], path: Path) -> None:
             lows.append(median - min(s.rates))
             highs.append(max(s.rates) - median)
         ax.bar(xs, medians, width, yerr=[lows, highs], capsize=3, label=system)
+    for x, case in enumerate(case_names):
+        found = (limits or {}).get(case)
+        if found:  # the case's limit across its group of bars
+            ax.hlines(min(found.values()), x - 0.45, x + 0.45, colors="black", linestyles="dashed")
+    ax.plot([], [], "k--", label="limit (the smallest measured)")
     ax.set_yscale("log")
     ax.set_ylabel("records/s, median of runs (bars: min-max; log)")
     ax.set_xticks(range(len(case_names)), case_names)
@@ -528,10 +637,22 @@ def main(argv: list[str] | None = None) -> None:
         selected = [replace(c, records=args.records) for c in selected]
     runs: list[Run] = []
     inputs: dict[str, str] = {}
+    services: dict[str, float | None] = {}
+    service_notes: dict[str, str] = {}
     with broker_and_service() as (broker, service):
         try:
             for case in selected:
                 inputs[case.name] = fill_input(case, broker.bootstrap)
+            for case in selected:
+                if case.kind == "enrich":
+                    service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
+                    found = service_max(service.url)
+                    services[case.name], service_notes[case.name] = found.records_per_s, found.note
+                    print(
+                        f"service max at {case.latency_ms} ms: {found.records_per_s or 0:,.0f} "
+                        f"records/s ({found.note})",
+                        flush=True,
+                    )
             for rep in range(1, args.reps + 1):
                 for case in selected:
                     service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
@@ -559,7 +680,8 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             delete_topics(broker.bootstrap, list(inputs.values()))
     summaries = summarise(runs)
-    text = table(summaries)
+    limits = limits_of(summaries, selected, services)
+    text = table(summaries, limits) + "\n\n" + limits_text(limits, service_notes)
     print(text)
     name = "compare-quick" if args.quick else "compare"
     (RESULTS / f"{name}.txt").write_text(text + "\n")
@@ -571,11 +693,13 @@ def main(argv: list[str] | None = None) -> None:
                 "cases": [asdict(c) for c in selected],
                 "runs": [asdict(r) for r in runs],
                 "summaries": [asdict(s) for s in summaries],
+                "limits": limits,
+                "service_max": {"records_per_s": services, "notes": service_notes},
             },
             indent=2,
         )
     )
-    chart(summaries, RESULTS / f"{name}.png")
+    chart(summaries, RESULTS / f"{name}.png", limits)
 
 
 if __name__ == "__main__":

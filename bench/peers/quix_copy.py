@@ -1,7 +1,7 @@
 """Quix Streams, exactly once: copy a topic, as raw bytes or parsed and written as JSON.
 
 What a Quix user writes for the project's `passthrough` job: `processing_guarantee=
-"exactly-once"`, a commit every second (as the PyFlink jobs checkpoint every second in the
+"exactly-once"`, a commit every second unless told otherwise (as the PyFlink jobs checkpoint in the
 benchmark), values as bytes (byte copy) or JSON in and out (a JSON copy).
 """
 
@@ -21,7 +21,7 @@ def main() -> None:
         consumer_group=args.group,
         auto_offset_reset="earliest",
         processing_guarantee="exactly-once",
-        commit_interval=1.0,
+        commit_interval=args.commit_interval,
         state_dir=args.state_dir,
         loglevel="WARNING",
         auto_create_topics=False,

@@ -4,7 +4,9 @@ Quix Streams has no async operator: a blocking call per record runs at 1/latency
 The fastest documented shape is to gather records in a tumbling count window and look the
 window's records up together. This one sends each window's records to the same service the
 project's job calls, in one `POST /lookup/batch` (the round trip the project's coalescing
-client makes), so the comparison is of the frameworks, not the request pattern.
+client makes), so the comparison is of the frameworks, not the request pattern. `--lookup
+gets` is the other pattern a Quix user may write: a GET per record, a window's GETs
+concurrently on a thread pool (bench/results/peer-search.txt measures both).
 
 Count windows are per message key: the benchmark keys its input records so that every
 window fills (records per key divisible by the window size).
@@ -13,7 +15,9 @@ window fills (records per key divisible by the window size).
 from __future__ import annotations
 
 import json
+import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 from quixstreams import Application
 
@@ -24,10 +28,25 @@ def main() -> None:
     parser = peer_arguments()
     parser.add_argument("--url", required=True)
     parser.add_argument("--window", type=int, default=100)
+    parser.add_argument(
+        "--lookup",
+        choices=["batch", "gets"],
+        default="batch",
+        help="one POST per window, or one GET per record, all of a window's concurrently",
+    )
     args = parser.parse_args()
     batch_url = args.url.rstrip("/") + "/lookup/batch"
+    pool = ThreadPoolExecutor(max_workers=min(args.window, 64))
+
+    def lookup(company: str) -> dict:
+        url = f"{args.url.rstrip('/')}/lookup?{urllib.parse.urlencode({'company': company})}"
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return json.load(resp)
 
     def enrich(records: list[dict]) -> list[dict]:
+        if args.lookup == "gets":
+            found = list(pool.map(lookup, [r["company"] for r in records]))
+            return [{**r, "enrichment": p} for r, p in zip(records, found)]
         body = json.dumps({"companies": [r["company"] for r in records]}).encode()
         request = urllib.request.Request(
             batch_url, data=body, method="POST", headers={"Content-Type": "application/json"}
@@ -41,7 +60,7 @@ def main() -> None:
         consumer_group=args.group,
         auto_offset_reset="earliest",
         processing_guarantee="exactly-once",
-        commit_interval=1.0,
+        commit_interval=args.commit_interval,
         state_dir=args.state_dir,
         loglevel="WARNING",
         auto_create_topics=True,

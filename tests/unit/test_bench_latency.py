@@ -1,0 +1,51 @@
+"""`make bench-latency`'s arithmetic: percentiles over every measured record (one never
+seen is later than all seen ones), the p99 target check, and where the maximum rates
+come from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.latency import Point, max_rates, summary, table
+
+pytestmark = pytest.mark.unit
+
+
+def test_percentiles_are_nearest_rank_over_all_records():
+    latencies = [float(i) for i in range(1, 101)]  # 1 s .. 100 s
+    assert summary(latencies, 100) == (50.0, 99.0, 100.0)
+
+
+def test_a_record_never_seen_counts_as_later_than_every_seen_one():
+    seen = [float(i) for i in range(1, 100)]  # 99 of 100 visible
+    assert summary(seen, 100) == (50.0, 99.0, None)  # no max: one is still missing
+    assert summary(seen[:98], 100) == (50.0, None, None)  # 98 seen: no p99 either
+    assert summary([], 100) == (None, None, None)
+
+
+def test_the_target_is_judged_at_half_load_only():
+    def point(load, p99):
+        return Point("copy-json", "project", load, 5.0, 1000.0, 990.0, 100, 100, 1.0, p99, 7.0)
+
+    rows = table([point(0.5, 6.0), point(0.5, 6.2), point(0.9, 9.0)]).splitlines()
+    assert [row.split()[9] for row in rows[2:5]] == ["yes", "no", "-"]
+
+
+def test_maximum_rates_are_the_projects_medians_unless_given(tmp_path):
+    results = tmp_path / "compare.json"
+    results.write_text(
+        json.dumps(
+            {
+                "summaries": [
+                    {"case": "copy-json", "system": "project", "rates": [70.0, 80.0, 75.0]},
+                    {"case": "copy-json", "system": "quix", "rates": [60.0]},
+                    {"case": "enrich-50ms", "system": "project", "rates": []},
+                ]
+            }
+        )
+    )
+    assert max_rates(results, []) == {"copy-json": 75.0}
+    assert max_rates(results, ["enrich-50ms=30000"]) == {"copy-json": 75.0, "enrich-50ms": 30000.0}
+    assert max_rates(tmp_path / "none.json", []) == {}
