@@ -201,9 +201,15 @@ def peer_command(
 # The peers' best settings per case kind, from `python -m bench.peer_search` (its table:
 # bench/results/peer-search.txt): the same tuning effort as project-tuned gets. Bytewax runs
 # with its best only; Quix runs both as a user first writes it and tuned (`quix-tuned`).
+# Commit intervals stay at the jobs' 1 s here (a longer one trades latency for rate, for the
+# jobs too: `make bench-latency` compares them at 1, 5 and 10 s).
 PEER_TUNED: dict[str, dict[str, list[str]]] = {
-    "quix": {"copy-bytes": [], "copy-json": [], "enrich": []},
-    "bytewax": {"copy-bytes": [], "copy-json": [], "enrich": []},
+    "quix": {"copy-bytes": [], "copy-json": [], "enrich": ["--window", "500"]},
+    "bytewax": {
+        "copy-bytes": ["--batch", "1000", "--workers", "1"],
+        "copy-json": ["--batch", "1000", "--workers", "1"],
+        "enrich": ["--batch", "1000", "--workers", "3"],
+    },
 }
 PEERS = ("quix", "quix-tuned", "bytewax")
 
@@ -225,12 +231,17 @@ def use_tuning(items: list[str]) -> None:
 
 # The Beam pipeline runs beside the PyFlink job where the issue asks for it: 50 ms lookups.
 BEAM_CASES = {"enrich-50ms"}
+# Where the second core goes: the job at parallelism 2 (project-p2) beside parallelism 1.
+SCALING_CASES = {"copy-json", "enrich-50ms"}
+SCALED = ["--set", "job.parallelism=2"]
 
 
 def systems_for(case: Case, tuned: bool) -> list[str]:
     names = ["project"]
     if tuned and TUNED[case.kind]:
         names.append("project-tuned")
+    if tuned and case.name in SCALING_CASES:
+        names.append("project-p2")
     if case.name in BEAM_CASES:
         names.append("beam")
     names.append("quix")
@@ -339,7 +350,7 @@ def measure(
     elif system == "beam":
         cmd = beam_command(case, tag, source, bootstrap, service_url)
     else:
-        extra = TUNED[case.kind] if system == "project-tuned" else []
+        extra = {"project-tuned": TUNED[case.kind], "project-p2": SCALED}.get(system, [])
         cmd = project_command(case, tag, source, bootstrap, service_url, extra)
     observer = Observer(bootstrap, f"{tag}-out", case.records)
     observer.start()
