@@ -578,8 +578,11 @@ def chart(
     ax.set_yscale("log")
     ax.set_ylabel("records/s, median of runs (bars: min-max; log)")
     ax.set_xticks(range(len(case_names)), case_names)
-    ax.set_title(f"Exactly-once throughput, same broker, same run ({os.cpu_count()} cores)")
-    ax.legend(frameon=False)
+    ax.set_title(
+        f"Throughput, same broker, same run ({os.cpu_count()} cores): exactly once "
+        f"but {', '.join(sorted(AT_LEAST_ONCE))} (at least once)"
+    )
+    ax.legend(frameon=False, fontsize=8, ncol=4, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"chart: {path}")
