@@ -255,6 +255,40 @@ def systems_for(case: Case, tuned: bool) -> list[str]:
 # -- one run ------------------------------------------------------------------------------
 
 
+def system_command(
+    system: str,
+    case: Case,
+    tag: str,
+    source: str,
+    bootstrap: str,
+    service_url: str,
+    state_dir: str,
+    interval_s: float = 1.0,
+) -> list[str]:
+    """The command line of one system over `case`, reading `source` and writing `tag`-out."""
+    if system in PEERS:
+        return peer_command(
+            system, case, tag, source, bootstrap, service_url, state_dir, interval_s
+        )
+    if system == "beam":
+        return beam_command(case, tag, source, bootstrap, service_url)
+    extra = {"project-tuned": TUNED[case.kind], "project-p2": SCALED}.get(system, [])
+    return project_command(case, tag, source, bootstrap, service_url, extra, interval_s)
+
+
+def stop_system(proc: subprocess.Popen, system: str) -> str:
+    """Stop a system still running as a user would (Ctrl-C for the jobs, SIGTERM for the
+    peers); what went wrong, or ""."""
+    if proc.poll() is not None:
+        return ""
+    proc.send_signal(signal.SIGTERM if system in PEERS else signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        return "did not stop within 60 s of a signal"
+    return ""
+
+
 class Observer(threading.Thread):
     """Reads a topic with read_committed from the start and notes when each record shows."""
 
@@ -345,13 +379,7 @@ def measure(
     topics = {f"{tag}-out": PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
     state_dir = tempfile.mkdtemp(prefix="bench-state-")
-    if system in PEERS:
-        cmd = peer_command(system, case, tag, source, bootstrap, service_url, state_dir)
-    elif system == "beam":
-        cmd = beam_command(case, tag, source, bootstrap, service_url)
-    else:
-        extra = {"project-tuned": TUNED[case.kind], "project-p2": SCALED}.get(system, [])
-        cmd = project_command(case, tag, source, bootstrap, service_url, extra)
+    cmd = system_command(system, case, tag, source, bootstrap, service_url, state_dir)
     observer = Observer(bootstrap, f"{tag}-out", case.records)
     observer.start()
     owner = ProcessGroups()
@@ -378,12 +406,7 @@ def measure(
                 error = f"not done after {deadline_s:.0f}s"
                 break
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM if system in PEERS else signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                error = error or "did not stop within 60 s of a signal"
+        error = error or stop_system(proc, system)
         owner.end()
         log.close()
         observer.stop.set()

@@ -42,14 +42,15 @@ from bench.compare import (
     LOGS,
     PAGE,
     PARTITIONS,
-    PEERS,
     QUIX_WINDOW,
     RESULTS,
+    ROOT,
     Case,
+    _cell,
     broker_and_service,
     page_with_table,
-    peer_command,
-    project_command,
+    stop_system,
+    system_command,
 )
 from pipelines.devtools.topics import client_conf, create_topics, delete_topics
 from pipelines.processes import ProcessGroups
@@ -229,10 +230,7 @@ def run_point(
     topics = {source: PARTITIONS, out: PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
     state_dir = tempfile.mkdtemp(prefix="bench-state-")
-    if system in PEERS:
-        cmd = peer_command(system, case, tag, source, bootstrap, service_url, state_dir, interval_s)
-    else:
-        cmd = project_command(case, tag, source, bootstrap, service_url, [], interval_s)
+    cmd = system_command(system, case, tag, source, bootstrap, service_url, state_dir, interval_s)
     primer = QUIX_WINDOW * KEYS  # fills one count window per key: Quix enrich emits on it
     tail_s = interval_s + 5  # load after the measured span, so its last records are not last
     first, last = primer + int(rate * warmup_s), primer + int(rate * (warmup_s + measure_s))
@@ -244,7 +242,7 @@ def run_point(
     LOGS.mkdir(parents=True, exist_ok=True)
     log = open(LOGS / f"latency-{system}.log", "w")  # noqa: SIM115 - closed below
     proc = owner.popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=Path.cwd()
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
     )
     producer = None
     try:
@@ -268,12 +266,7 @@ def run_point(
     finally:
         if producer is not None:
             producer.stop.set()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM if system in PEERS else signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                point.error = point.error or "did not stop within 60 s of a signal"
+        point.error = point.error or stop_system(proc, system)
         owner.end()
         log.close()
         observer.stop.set()
@@ -299,10 +292,6 @@ def max_rates(path: Path, given: list[str]) -> dict[str, float]:
         case, _, value = item.partition("=")
         rates[case] = float(value)
     return rates
-
-
-def _cell(value: float | None, spec: str, width: int) -> str:
-    return format(value, spec) if value is not None else "-".rjust(width)
 
 
 def table(points: list[Point]) -> str:
