@@ -30,11 +30,13 @@ def test_a_stop_under_full_load_ends_cleanly(kafka, names, enrichment_service, r
     """Before the fix, 1 stop in 3 here printed Beam's data-plane thread dying as the JVM
     went ("Multiplexer hanging up"), after `job enrich canceled`."""
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
-    produce(kafka, names("in"), demo_values(150_000, bad_every=100))
+    # Far more input than is read between two progress lines (every 2 s), so the stop comes
+    # while records flow: with 150,000 an idle CI machine read them all between two lines.
+    produce(kafka, names("in"), demo_values(400_000, bad_every=100))
     enrichment_service.configure(latency_ms=5)
     job = RunningJob(*_enrich(kafka, names, enrichment_service))
     try:
-        job.wait_for(r"records in [2-9]\d{4}", 180)  # 20,000 or more in, flowing
+        job.wait_for(r"records in ([2-9]\d{4}|[1-3]\d{5}),", 180)  # 20,000 to 399,999 in
     finally:
         code = job.interrupt()
     assert code == 0, job.output
