@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
-        test test-unit test-integration bench bench-quick bench-latency wrk profile \
+        test test-unit test-integration bench bench-quick bench-latency bench-soak wrk profile \
         bench-operators chaos chaos-smoke mutation lint format clean
 
 help: ## list the targets
@@ -95,9 +95,13 @@ test-unit: venv prometheus ## unit tests only (no broker, no cluster)
 test-integration: venv jars beam-setup images prometheus ## integration tests only
 	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
 
-bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's measured limit, then latency: tables, JSON, PNGs in bench/results
+bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's measured limit, then latency, then a 10-minute soak: tables, JSON, PNGs in bench/results
 	$(PY) -m bench.compare
 	$(PY) -m bench.latency
+	$(PY) -m bench.soak
+
+bench-soak: venv jars kafka-up ## enrich held at 50% of make bench's rate for 10 minutes: memory, checkpoint duration, backlog over time
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 bench-latency: venv jars kafka-up ## produce-to-visible latency at 50%/90% of make bench's rates, checkpoint 1/5/10 s, with Quix
 	$(PY) -m bench.latency $(LATENCY_ARGS)

@@ -625,6 +625,12 @@ def page_with_table(page: str, table_text: str, block=BLOCK) -> str:
     return head + start + table_text.rstrip("\n") + "\n" + end + rest.split(end, 1)[1]
 
 
+def copy_to_page(results_name: str, block) -> None:
+    """`--page` of the benchmarks: bench/results/<results_name> into its docs block."""
+    text = (RESULTS / results_name).read_text()
+    PAGE.write_text(page_with_table(PAGE.read_text(), text, block))
+
+
 def main(argv: list[str] | None = None) -> None:
     # However it was started (`make bench &` inherits SIGINT as ignored), Ctrl-C and SIGTERM
     # end it through the `finally` below, which stops the runs and the service it started.

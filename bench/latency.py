@@ -40,7 +40,6 @@ from pathlib import Path
 from bench.compare import (
     KEYS,
     LOGS,
-    PAGE,
     PARTITIONS,
     QUIX_WINDOW,
     RESULTS,
@@ -48,7 +47,7 @@ from bench.compare import (
     Case,
     _cell,
     broker_and_service,
-    page_with_table,
+    copy_to_page,
     stop_system,
     system_command,
 )
@@ -371,8 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.page:
-        text = (RESULTS / "latency.txt").read_text()
-        PAGE.write_text(page_with_table(PAGE.read_text(), text, BLOCK))
+        copy_to_page("latency.txt", BLOCK)
         return
     rates = max_rates(RESULTS / "compare.json", args.max_rate)
     selected = [c for c in CASES if not args.cases or c.name in args.cases.split(",")]
