@@ -162,34 +162,44 @@ def completed_checkpoints(history: list[dict], started_ms: float, known: set[int
     return sorted(found, key=lambda c: c.id)
 
 
+def windows(points: list[tuple[float, float]], warmup_s: float, end_s: float, span_s=60.0):
+    """The values of the first `span_s` after warm-up, and of the last `span_s`."""
+    first = [v for t, v in points if warmup_s <= t < warmup_s + span_s]
+    last = [v for t, v in points if end_s - span_s <= t <= end_s]
+    return first, last
+
+
 def growth(points: list[tuple[float, float]], warmup_s: float, end_s: float, span_s=60.0):
     """Median of the values in the last `span_s` over the median in the first `span_s`
     after warm-up, minus one; None when either window is empty."""
-    first = [v for t, v in points if warmup_s <= t < warmup_s + span_s]
-    last = [v for t, v in points if end_s - span_s <= t <= end_s]
+    first, last = windows(points, warmup_s, end_s, span_s)
     if not first or not last or statistics.median(first) == 0:
         return None
     return statistics.median(last) / statistics.median(first) - 1
 
 
-def measures(soak: Soak) -> list[tuple[str, list[tuple[float, float]], str]]:
-    """(name, (time, value) series, unit) of each quantity whose growth is judged."""
+def measures(soak: Soak) -> list[tuple[str, list[tuple[float, float]], str, bool]]:
+    """(name, (time, value) series, unit, judged) of each quantity the soak follows; the
+    target (growth under TARGET_GROWTH) is judged for memory and checkpoint duration."""
     return [
-        ("RSS of the job's processes", [(s.at_s, s.rss_mb) for s in soak.samples], "MB"),
+        ("RSS of the job's processes", [(s.at_s, s.rss_mb) for s in soak.samples], "MB", True),
         (
             "checkpoint duration",
             [(c.at_s, c.duration_ms) for c in soak.checkpoints],
             "ms",
+            True,
         ),
         (
             "checkpointed size",
             [(c.at_s, c.size_bytes) for c in soak.checkpoints],
             "bytes",
+            False,
         ),
         (
             "backlog (produced, not visible)",
             [(s.at_s, s.produced - s.visible) for s in soak.samples],
             "records",
+            False,
         ),
     ]
 
@@ -205,11 +215,9 @@ def table(soak: Soak) -> str:
         header,
         "-" * len(header),
     ]
-    for name, points, unit in measures(soak):
-        first = [v for t, v in points if soak.warmup_s <= t < soak.warmup_s + 60]
-        last = [v for t, v in points if end - 60 <= t <= end]
+    for name, points, unit, judged in measures(soak):
+        first, last = windows(points, soak.warmup_s, end)
         change = growth(points, soak.warmup_s, end)
-        judged = name.startswith(("RSS", "checkpoint duration"))
         verdict = "-"
         if judged and change is not None:
             verdict = "met" if change < TARGET_GROWTH else "not met"
@@ -247,7 +255,7 @@ def chart(soak: Soak, path: Path) -> None:
         return
     series = measures(soak)
     fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.2 * len(series)), sharex=True)
-    for ax, (name, points, unit) in zip(axes, series):
+    for ax, (name, points, unit, _) in zip(axes, series):
         ax.plot([t for t, _ in points], [v for _, v in points], lw=1)
         ax.axvspan(0, soak.warmup_s, color="grey", alpha=0.15, lw=0)
         ax.set_ylabel(unit)
