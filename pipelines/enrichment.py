@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from pipelines import jsontext
 from pipelines.flink_compat import split_lines as split_in_jvm
@@ -41,7 +42,7 @@ from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage
     TransientLookupError,
     has_batch_lookup,
 )
-from pipelines.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, record_dead_letter
+from pipelines.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, RowParser, record_dead_letter
 from pipelines.settings import (
     EnrichmentOperator,
     EnrichmentSettings,
@@ -134,10 +135,15 @@ class EnrichStats:
     def add(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
 
-    def register(self, runtime_context) -> None:
+    def register(self, runtime_context, also_dead: Callable[[], int] | None = None) -> None:
+        """The gauges; `also_dead` counts dead letters made beside the lookups (the fused
+        stage's parse), so the operator reports one `deadLetters`."""
         group = runtime_context.get_metrics_group()
         for name in self.NAMES:
-            group.gauge(name, lambda name=name: self.counts[name])
+            if name != "deadLetters" or also_dead is None:
+                group.gauge(name, lambda name=name: self.counts[name])
+        if also_dead is not None:
+            group.gauge("deadLetters", lambda: self.counts["deadLetters"] + also_dead())
 
 
 def rewrap(meta: str, out: str) -> str:
@@ -358,6 +364,47 @@ def make_batch_async_function(settings: Settings, client_factory: ClientFactory)
     return EnrichBatch()
 
 
+def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory):
+    """The batched operator with the parse inside it: an AsyncFunction over batches of Kafka
+    rows that parses each row as `pipelines.parse` does and looks the valid ones up, all in
+    one call of the Python worker. Against a parse stage followed by `EnrichBatch` it saves
+    a batch's second crossing of the Java/Python boundary and the second JSON parse of
+    every record (30% of the worker's time in the profile). Its one element out holds the
+    enriched records and both stages' dead letters, marked (each names its stage)."""
+    from pyflink.datastream.functions import AsyncFunction
+
+    class ParseEnrichBatch(AsyncFunction):
+        def open(self, runtime_context):
+            self.parser = RowParser(
+                settings.parse,
+                settings.faults,
+                settings.job.name,
+                subtask=runtime_context.get_index_of_this_subtask(),
+                trace_timing=settings.enrichment.trace_timing,
+                errors=settings.errors,
+                dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
+                carry_metadata=True,
+            )
+            self.enricher = enricher_for(settings, client_factory)
+            self.enricher.stats.register(runtime_context, also_dead=lambda: self.parser.dead)
+
+        async def async_invoke(self, rows):
+            lines, metas, records = [], [], []
+            parsed = self.parser.record
+            for row in rows:
+                got = parsed(row)
+                if isinstance(got, str):
+                    lines.append(DEAD_MARK + got)
+                else:
+                    metas.append(got[0])
+                    records.append(got[1])
+            if records:
+                lines.extend(map(rewrap, metas, await self.enricher.many(records)))
+            return [join_lines(lines)]
+
+    return ParseEnrichBatch()
+
+
 def make_sync_function(settings: Settings, client_factory: ClientFactory):
     """A blocking lookup per record: the reports' way. For comparison only."""
     from pyflink.datastream.functions import MapFunction
@@ -418,6 +465,37 @@ def apply_enrichment(
             cfg.elements_in_flight(),
             Types.STRING(),
         )
+    return _split(out, uids)
+
+
+def apply_parse_enrichment(
+    batches,
+    settings: Settings,
+    client_factory: ClientFactory,
+    uids: tuple[str, str, str] = ("enrich", "enriched", "enrich-dead-letters"),
+):
+    """Wire the fused operator (`make_parse_enrich_function`) into a stream of batches of
+    Kafka rows (pipelines.stages.batch_records). Returns (enriched records, dead letters of
+    the parse and the lookups), both streams of JSON text, named as `apply_enrichment`'s."""
+    from pyflink.common import Time, Types
+    from pyflink.datastream import AsyncDataStream
+
+    settings = without_secrets(settings)  # what the pickled function carries
+    cfg = settings.enrichment
+    wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
+    out = wait(
+        batches,
+        make_parse_enrich_function(settings, client_factory),
+        Time.milliseconds(0),
+        cfg.elements_in_flight(),
+        Types.STRING(),
+    )
+    return _split(out, uids)
+
+
+def _split(out, uids: tuple[str, str, str]):
+    """The stage named and given its uid, its records and its dead letters apart (in the
+    JVM: pipelines.flink.SplitLines), each named and given a uid too."""
     stage, enriched, dead_letters = uids
     out = out.name(stage).uid(stage)
     records = split_in_jvm(out, keep_marked=False).name(enriched).uid(enriched)

@@ -266,24 +266,92 @@ class InjectedFault(RuntimeError):
     """Raised once by fault injection; the restart strategy must recover the job."""
 
 
+class RowParser:
+    """One Kafka row to its record or its dead letter: the parse stage's logic without
+    PyFlink, so that a Python stage which parses and then does more (the enrichment
+    stage's batched operator) parses exactly as `parse` does, in the same worker call.
+    Dead letters name `stage`, so a job that parses twice tells its parses apart."""
+
+    def __init__(
+        self,
+        parse: ParseSettings,
+        faults: FaultSettings,
+        job: str,
+        *,
+        subtask: int,
+        event_time_field: str | None = None,
+        trace_timing: bool = False,
+        errors: ErrorSettings | None = None,
+        dead_letter_max_bytes: int = 1_048_576,
+        extra_required: dict[str, FieldType] | None = None,
+        carry_metadata: bool = False,
+        max_future_skew: int | None = None,
+        stage: str = "parse",
+    ):
+        self.required = {**parse.required_fields, **(extra_required or {})}
+        self.origin_field = parse.origin_field
+        self.faults = faults
+        self.job = job
+        self.subtask = subtask
+        self.event_time_field = event_time_field
+        self.trace_timing = trace_timing
+        self.budget = ErrorBudget(errors or ErrorSettings(), stage)
+        self.dead_letter_max_bytes = dead_letter_max_bytes
+        self.carry_metadata = carry_metadata
+        self.max_future_skew = max_future_skew
+        self.stage = stage
+        self.seen = 0
+        self.dead = 0
+
+    def record(self, row) -> tuple[str, dict] | str:
+        """(its metadata prefix, or "", the record) of a valid row; else its dead letter."""
+        return self._parse(row, as_text=False)
+
+    def text(self, row) -> tuple[str, str] | str:
+        """(its metadata prefix, or "", the record's JSON text) of a valid row; else its
+        dead letter."""
+        return self._parse(row, as_text=True)
+
+    def _parse(self, row, as_text: bool):
+        self.seen += 1
+        faults = self.faults
+        if faults.fail_after_records and self.seen >= faults.fail_after_records:
+            _maybe_fail(faults, self.subtask)
+        try:
+            # One unpacking: PyFlink's Row resolves each attribute by name (~0.8 us each).
+            topic, partition, offset, timestamp, key, value, headers = row
+            record, reason = parse_value(
+                value, self.required, self.event_time_field, self.origin_field, self.max_future_skew
+            )
+            if record is not None:
+                if self.origin_field:
+                    record[self.origin_field] = origin_block(topic, partition, offset, timestamp)
+                if self.trace_timing:
+                    record["_timing"] = {"in": time.time() * 1000}
+                meta = with_meta(key, headers, timestamp, "") if self.carry_metadata else ""
+                out = jsontext.dumps(record) if as_text else record
+        except InjectedFault:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one record's surprise is not the job's
+            reason = self.budget.failed(exc)
+            record = None
+        if record is None:
+            self.dead += 1
+            # parse_value gives (None, reason), the budget a reason: always a str here
+            return dead_letter(
+                row, cast(str, reason), self.job, self.dead_letter_max_bytes, self.stage
+            )
+        self.budget.ok()
+        return meta, out
+
+
 def make_parse_function(
-    parse: ParseSettings,
-    faults: FaultSettings,
-    job: str,
-    event_time_field: str | None = None,
-    batched: bool = False,
-    trace_timing: bool = False,
-    errors: ErrorSettings | None = None,
-    dead_letter_max_bytes: int = 1_048_576,
-    extra_required: dict[str, FieldType] | None = None,
-    carry_metadata: bool = False,
-    max_future_skew: int | None = None,
-    stage: str = "parse",
+    parse: ParseSettings, faults: FaultSettings, job: str, *, batched: bool = False, **options
 ):
-    """A ProcessFunction: valid records downstream as JSON text, bad ones to the side output
-    (each dead letter names `stage`, so a job that parses twice tells its parses apart).
-    With `carry_metadata` a record's text is prefixed with its Kafka key, headers and
-    timestamp (pipelines.lines.with_meta) for the sink.
+    """A ProcessFunction over `RowParser`: valid records downstream as JSON text, bad ones
+    to the side output; `options` are RowParser's (one is made here, so that a wrong one
+    fails while the job is built, not on the worker). With `carry_metadata` a record's
+    text is prefixed with its Kafka key, headers and timestamp (pipelines.lines.with_meta).
 
     With `batched`, each input element is a list of rows and each output element is the
     valid records among them, one JSON text per line (bad ones still go out one by one).
@@ -293,55 +361,23 @@ def make_parse_function(
     from pyflink.datastream.functions import ProcessFunction
 
     tag = OutputTag(DEAD_LETTER_TAG, Types.STRING())
-    required = {**parse.required_fields, **(extra_required or {})}
-    origin_field = parse.origin_field
-    error_settings = errors or ErrorSettings()
+    RowParser(parse, faults, job, subtask=0, **options)
 
     class Parse(ProcessFunction):
         def open(self, runtime_context):
-            self.seen = 0
-            self.subtask = runtime_context.get_index_of_this_subtask()
-            self.budget = ErrorBudget(error_settings, stage)
-            self.dead = 0
-            runtime_context.get_metrics_group().gauge("deadLetters", lambda: self.dead)
-
-        def _one(self, row, good: list):
-            self.seen += 1
-            if faults.fail_after_records and self.seen >= faults.fail_after_records:
-                _maybe_fail(faults, self.subtask)
-            try:
-                # One unpacking: PyFlink's Row resolves each attribute by name (~0.8 us each).
-                topic, partition, offset, timestamp, key, value, headers = row
-                record, reason = parse_value(
-                    value, required, event_time_field, origin_field, max_future_skew
-                )
-                if record is not None:
-                    if origin_field:
-                        record[origin_field] = origin_block(topic, partition, offset, timestamp)
-                    if trace_timing:
-                        record["_timing"] = {"in": time.time() * 1000}
-                    text = jsontext.dumps(record)
-                    if carry_metadata:
-                        text = with_meta(key, headers, timestamp, text)
-            except InjectedFault:
-                raise
-            except Exception as exc:  # noqa: BLE001 - one record's surprise is not the job's
-                reason = self.budget.failed(exc)
-                record = None
-            if record is None:
-                self.dead += 1
-                # parse_value gives (None, reason), the budget a reason: always a str here
-                return dead_letter(row, cast(str, reason), job, dead_letter_max_bytes, stage)
-            self.budget.ok()
-            good.append(text)
-            return None
+            subtask = runtime_context.get_index_of_this_subtask()
+            self.parser = RowParser(parse, faults, job, subtask=subtask, **options)
+            runtime_context.get_metrics_group().gauge("deadLetters", lambda: self.parser.dead)
 
         def process_element(self, value, ctx):
             good: list[str] = []
+            text = self.parser.text
             for row in value if batched else (value,):
-                bad = self._one(row, good)
-                if bad is not None:
-                    yield tag, bad
+                got = text(row)
+                if isinstance(got, str):
+                    yield tag, got
+                else:
+                    good.append(got[0] + got[1])
             if batched and good:
                 yield join_lines(good)  # one element a batch: see pipelines.stages
             elif good:

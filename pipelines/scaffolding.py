@@ -56,7 +56,7 @@ def _smoke_test_kind(module_text: str, conf: dict) -> str:
     service, and a plain copy is checked record for record."""
     if conf.get("window"):
         return "windowed"
-    if "stages.enrich(" in module_text:
+    if "stages.enrich(" in module_text or "stages.parse_and_enrich(" in module_text:
         return "enrich"
     return "copy"
 

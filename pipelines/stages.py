@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from pipelines.enrichment import apply_enrichment
+from pipelines.enrichment import apply_enrichment, apply_parse_enrichment
 from pipelines.flink_compat import java_stream, python_stream, window_counts_in_jvm
 from pipelines.flink_compat import split_lines as split_in_jvm
 from pipelines.kafka import build_raw_sink, build_sink, build_source, origin_type_info
@@ -67,6 +67,7 @@ __all__ = [
     "kafka_source",
     "late_record_sink",
     "parse",
+    "parse_and_enrich",
     "parse_for_enrichment",
     "raw_kafka_sink",
     "records",
@@ -462,6 +463,49 @@ def enrich(
     enrich_uid, enriched_uid, dead_uid = (graph.claim(u) for u in uids)
     out, dead = apply_enrichment(
         parsed.stream, settings, client_factory, uids=(enrich_uid, enriched_uid, dead_uid)
+    )
+    return Records(out, graph), Records(dead, graph)
+
+
+def parse_and_enrich(
+    raw: Rows,
+    settings: Settings,
+    client_factory: ClientFactory,
+    *,
+    name: str = "parse-enrich",
+) -> tuple[Records, Records]:
+    """`parse_for_enrichment` then `enrich`, with the batched operator as ONE Python stage
+    (pipelines.enrichment.make_parse_enrich_function): each batch of rows crosses to the
+    Python worker once, is parsed, looked up and answered, where two stages hand it across
+    twice and parse every record twice. Returns (enriched records, dead letters of both
+    steps, each naming its step). The per-record comparison operators keep two stages."""
+
+    cfg = settings.enrichment
+    if cfg.operator is not EnrichmentOperator.BATCHED:
+        parsed, bad = parse_for_enrichment(raw, settings)
+        enriched, failed = enrich(parsed, settings, client_factory)
+        return enriched, Records(bad.stream.union(failed.stream), raw.graph)
+    _expect(raw, Rows, "parse_and_enrich", _FIX_ROWS)
+    graph = raw.graph
+    batches = batch_records(
+        raw,
+        cfg.effective_batch_size(),
+        cfg.batch_delay,
+        name="batch" if name == "parse-enrich" else f"{name}-batch",
+    )
+    # Its own uid, not `enrich`'s: its state (the batches in flight) holds rows, not the
+    # parsed text an `enrich` stage holds, so a savepoint of the two-stage graph must not
+    # be restored into it as if it were the same operator.
+    uids = (
+        ("parse-enrich", "enriched", "enrich-dead-letters")
+        if name == "parse-enrich"
+        else (name, f"{name}-records", f"{name}-dead-letters")
+    )
+    out, dead = apply_parse_enrichment(
+        batches.stream,
+        settings,
+        client_factory,
+        uids=(graph.claim(uids[0]), graph.claim(uids[1]), graph.claim(uids[2])),
     )
     return Records(out, graph), Records(dead, graph)
 

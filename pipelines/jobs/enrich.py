@@ -35,10 +35,11 @@ def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
         "malformed records must go somewhere, never silently dropped",
     )
     raw = stages.kafka_source(env, settings)
-    parsed, bad_records = stages.parse_for_enrichment(raw, settings)
-    enriched, failed_lookups = stages.enrich(parsed, settings, lookup_client)
+    # One Python stage parses and looks up each batch (stages.parse_and_enrich); a job that
+    # does more between the two composes stages.parse_for_enrichment and stages.enrich.
+    enriched, dead_letters = stages.parse_and_enrich(raw, settings, lookup_client)
     stages.kafka_sink(enriched, settings)
-    stages.dead_letter_sink(settings, bad_records, failed_lookups)
+    stages.dead_letter_sink(settings, dead_letters)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ CASES = {
     "enrich batched": (
         "enrich",
         ["sink.dead_letter_topic=dlq"],
-        [*PARSE, "enrich", "enriched", "enrich-dead-letters", *SINK, *DEAD],
+        # One Python stage parses and looks up (stages.parse_and_enrich): its own uid.
+        ["kafka-source", "batch", "parse-enrich", "enriched", "enrich-dead-letters", *SINK, *DEAD],
     ),
     "enrich async": (
         "enrich",

@@ -24,7 +24,8 @@ PUBLIC = {
     "pipelines.stages": [
         "Batches", "Records", "Rows", "StageError", "batch_records", "dead_letter_sink",
         "declare_uses", "enrich", "graph_of", "kafka_sink", "kafka_source",
-        "late_record_sink", "parse", "parse_for_enrichment", "raw_kafka_sink", "records",
+        "late_record_sink", "parse", "parse_and_enrich", "parse_for_enrichment", "raw_kafka_sink",
+        "records",
         "require", "window_counts",
     ],
     "pipelines.lookups": [
