@@ -333,6 +333,47 @@ class Observer(threading.Thread):
             self.consumer.close()
 
 
+class Launched:
+    """A system `launched` started: its process and log, and what stopping it reported."""
+
+    def __init__(self, proc: subprocess.Popen, log_path: Path):
+        self.proc = proc
+        self.log_path = log_path
+        self.stopped = ""  # stop_system's report once stopped: "" when it stopped cleanly
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@contextmanager
+def launched(system: str, command, log_name: str) -> Iterator[Launched]:
+    """`system` started from the repository by `command(state_dir)` in process groups of
+    its own, with a fresh state directory and its output in LOGS/`log_name`; stopped
+    (stop_system), its groups ended and its state removed on the way out, on every path.
+    Every benchmark runs its systems through here, so none of them leaves one behind."""
+    state_dir = tempfile.mkdtemp(prefix="bench-state-")
+    owner = ProcessGroups()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / log_name
+    try:
+        with open(log_path, "w") as log:
+            proc = owner.popen(
+                command(state_dir),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+            )
+            run = Launched(proc, log_path)
+            try:
+                yield run
+            finally:
+                run.stopped = stop_system(proc, system)
+    finally:
+        owner.end()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
 def fill_input(case: Case, bootstrap: str) -> str:
     """The case's input topic, filled once: every system and repetition reads all of it
     (each with a consumer group of its own)."""
@@ -378,42 +419,37 @@ def measure(
     tag = f"bench-{case.name}-{system}-{rep}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-out": PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
-    state_dir = tempfile.mkdtemp(prefix="bench-state-")
-    cmd = system_command(system, case, tag, source, bootstrap, service_url, state_dir)
     observer = Observer(bootstrap, f"{tag}-out", case.records)
     observer.start()
-    owner = ProcessGroups()
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = open(LOGS / f"bench-{system}.log", "w")  # noqa: SIM115 - closed below
-    started = time.monotonic()
-    proc = owner.popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
-    )
     error = ""
     watcher = None
-    if during is not None:
-        watcher = threading.Thread(target=during, args=(proc, observer), daemon=True)
-        watcher.start()
     rss: list[float] = []
+    started = time.monotonic()
     try:
-        while not observer.done.wait(0.5):
-            if case.records * 0.1 <= len(observer.times) <= case.records * 0.9:
-                rss.append(tree_rss_mb(proc.pid))
-            if proc.poll() is not None:
-                error = f"exited with {proc.returncode} (see {log.name})"
-                break
-            if time.monotonic() - started > deadline_s:
-                error = f"not done after {deadline_s:.0f}s"
-                break
+        with launched(
+            system,
+            lambda state: system_command(system, case, tag, source, bootstrap, service_url, state),
+            f"bench-{system}.log",
+        ) as run:
+            proc = run.proc
+            if during is not None:
+                watcher = threading.Thread(target=during, args=(proc, observer), daemon=True)
+                watcher.start()
+            while not observer.done.wait(0.5):
+                if case.records * 0.1 <= len(observer.times) <= case.records * 0.9:
+                    rss.append(tree_rss_mb(proc.pid))
+                if proc.poll() is not None:
+                    error = f"exited with {proc.returncode} (see {run.log_path})"
+                    break
+                if time.monotonic() - started > deadline_s:
+                    error = f"not done after {deadline_s:.0f}s"
+                    break
+        error = error or run.stopped
     finally:
-        error = error or stop_system(proc, system)
-        owner.end()
-        log.close()
         observer.stop.set()
         observer.join(30)
         if watcher is not None:
             watcher.join(60)
-        shutil.rmtree(state_dir, ignore_errors=True)
     delete_topics(bootstrap, topics)
     times = observer.times
     seen, distinct = len(times), len(observer.ids)

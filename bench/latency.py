@@ -25,12 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -39,20 +36,17 @@ from pathlib import Path
 
 from bench.compare import (
     KEYS,
-    LOGS,
     PARTITIONS,
     QUIX_WINDOW,
     RESULTS,
-    ROOT,
     Case,
     _cell,
     broker_and_service,
     copy_to_page,
-    stop_system,
+    launched,
     system_command,
 )
 from pipelines.devtools.topics import client_conf, create_topics, delete_topics
-from pipelines.processes import ProcessGroups
 
 CASES = [Case("copy-json", "copy-json", 0), Case("enrich-50ms", "enrich", 0, 50)]
 LOADS = (0.5, 0.9)
@@ -228,8 +222,6 @@ def run_point(
     source, out = f"{tag}-in", f"{tag}-out"
     topics = {source: PARTITIONS, out: PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
-    state_dir = tempfile.mkdtemp(prefix="bench-state-")
-    cmd = system_command(system, case, tag, source, bootstrap, service_url, state_dir, interval_s)
     primer = QUIX_WINDOW * KEYS  # fills one count window per key: Quix enrich emits on it
     tail_s = interval_s + 5  # load after the measured span, so its last records are not last
     first, last = primer + int(rate * warmup_s), primer + int(rate * (warmup_s + measure_s))
@@ -237,40 +229,46 @@ def run_point(
     observer = LatencyObserver(bootstrap, out)
     observer.span = (0, primer)
     observer.start()
-    owner = ProcessGroups()
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = open(LOGS / f"latency-{system}.log", "w")  # noqa: SIM115 - closed below
-    proc = owner.popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
-    )
     producer = None
     try:
-        # the primer: the job is up and writing before the paced load starts
-        primed = PacedProducer(bootstrap, source, primer * 10, 60, 0, count=primer)
-        primed.start()
-        primed.join(120)
-        alive = lambda: proc.poll() is None  # noqa: E731
-        if not wait_for(lambda: observer.count(0, primer) >= primer, 240, alive):
-            point.error = "the primer never showed" if alive() else f"exited {proc.returncode}"
-            return point
-        observer.in_span, observer.span = 0, (first, last)  # ids >= primer not yet written
-        producer = PacedProducer(bootstrap, source, rate, warmup_s + measure_s + tail_s, primer)
-        producer.start()
-        producer.join(warmup_s + measure_s + tail_s + 120)
-        point.produced_rate = producer.sent / max(producer.elapsed, 1e-3)
-        # everything measured visible, or a deadline well past the interval
-        wait_for(lambda: observer.count(first, last) >= last - first, interval_s + 30, alive)
-        if not alive():
-            point.error = f"exited {proc.returncode}"
+        with launched(
+            system,
+            lambda state: system_command(
+                system, case, tag, source, bootstrap, service_url, state, interval_s
+            ),
+            f"latency-{system}.log",
+        ) as run:
+            try:
+                # the primer: the job is up and writing before the paced load starts
+                primed = PacedProducer(bootstrap, source, primer * 10, 60, 0, count=primer)
+                primed.start()
+                primed.join(120)
+                alive, proc = run.alive, run.proc
+                if not wait_for(lambda: observer.count(0, primer) >= primer, 240, alive):
+                    point.error = (
+                        "the primer never showed" if alive() else f"exited {proc.returncode}"
+                    )
+                    return point
+                observer.in_span, observer.span = 0, (first, last)  # ids >= primer not yet written
+                producer = PacedProducer(
+                    bootstrap, source, rate, warmup_s + measure_s + tail_s, primer
+                )
+                producer.start()
+                producer.join(warmup_s + measure_s + tail_s + 120)
+                point.produced_rate = producer.sent / max(producer.elapsed, 1e-3)
+                # everything measured visible, or a deadline well past the interval
+                wait_for(
+                    lambda: observer.count(first, last) >= last - first, interval_s + 30, alive
+                )
+                if not alive():
+                    point.error = f"exited {proc.returncode}"
+            finally:
+                if producer is not None:
+                    producer.stop.set()
+        point.error = point.error or run.stopped
     finally:
-        if producer is not None:
-            producer.stop.set()
-        point.error = point.error or stop_system(proc, system)
-        owner.end()
-        log.close()
         observer.stop.set()
         observer.join(30)
-        shutil.rmtree(state_dir, ignore_errors=True)
         delete_topics(bootstrap, topics)
     latencies = [observer.latency[i] for i in range(first, last) if i in observer.latency]
     point.seen = len(latencies)

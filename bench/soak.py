@@ -28,12 +28,9 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -42,20 +39,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.compare import (
-    LOGS,
     PARTITIONS,
     RESULTS,
-    ROOT,
     Case,
+    Launched,
     broker_and_service,
     copy_to_page,
-    stop_system,
+    launched,
     system_command,
     tree_rss_mb,
 )
 from bench.latency import PacedProducer, max_rates, wait_for
 from pipelines.devtools.topics import client_conf, create_topics, delete_topics
-from pipelines.processes import ProcessGroups
 
 CASE = Case("enrich-50ms", "enrich", 0, 50)
 INTERVAL_S = 5.0  # conf/base/enrich.yaml's checkpoint.interval
@@ -278,6 +273,51 @@ def _get(url: str) -> dict:
         return json.load(resp)
 
 
+def _load(
+    soak: Soak,
+    run: Launched,
+    observer: CountingObserver,
+    bootstrap: str,
+    source: str,
+    every_s: float,
+    producers: list[PacedProducer],
+) -> None:
+    """Prime the job, then hold the paced load for the soak's duration, sampling memory
+    and the checkpoint history every `every_s`. The producer it starts goes into
+    `producers` at once, for the caller to stop on every path."""
+    alive, proc = run.alive, run.proc
+    primer = 1_000
+    PacedProducer(bootstrap, source, primer * 10, 60, 0, count=primer).run()
+    if not wait_for(lambda: observer.distinct >= primer, 240, alive):
+        soak.error = "the primer never showed" if alive() else "the job exited"
+        return
+    found = SUBMITTED.search(run.log_path.read_text())
+    if found is None:
+        soak.error = f"no REST address in {run.log_path}"
+        return
+    checkpoints_url = f"{found.group(2)}/jobs/{found.group(1)}/checkpoints"
+    producer = PacedProducer(bootstrap, source, soak.rate, soak.duration_s, primer)
+    producers.append(producer)
+    started, started_ms = time.monotonic(), time.time() * 1000
+    producer.start()
+    known: set[int] = set()
+    while producer.is_alive() and alive():
+        rss = tree_rss_mb(proc.pid)
+        at = time.monotonic() - started
+        soak.samples.append(Sample(at, rss, producer.sent, observer.distinct - primer))
+        try:
+            history = _get(checkpoints_url).get("history") or []
+            soak.checkpoints += completed_checkpoints(history, started_ms, known)
+        except OSError:
+            pass  # a slow answer: the next read catches up (the history holds 10)
+        producer.join(every_s)
+    if not alive():
+        soak.error = f"the job exited with {proc.returncode} (see {run.log_path})"
+    soak.produced = producer.sent + primer
+    # every record visible, or an interval and a generous margin after the load
+    wait_for(lambda: observer.distinct >= soak.produced, INTERVAL_S + 60, alive)
+
+
 def run(rate: float, duration_s: float, warmup_s: float, every_s: float) -> Soak:
     soak = Soak(rate, duration_s, warmup_s)
     with broker_and_service(CASE.latency_ms) as (broker, service):
@@ -286,61 +326,27 @@ def run(rate: float, duration_s: float, warmup_s: float, every_s: float) -> Soak
         source, out = f"{tag}-in", f"{tag}-out"
         topics = {source: PARTITIONS, out: PARTITIONS, f"{tag}-dlq": 1}
         create_topics(bootstrap, topics)
-        state_dir = tempfile.mkdtemp(prefix="bench-state-")
-        cmd = system_command(
-            "project", CASE, tag, source, bootstrap, service.url, state_dir, INTERVAL_S
-        )
         observer = CountingObserver(bootstrap, out, int(rate * (duration_s + 60)))
         observer.start()
-        LOGS.mkdir(parents=True, exist_ok=True)
-        log_path = LOGS / "soak-project.log"
-        owner = ProcessGroups()
-        log = open(log_path, "w")  # noqa: SIM115 - closed below
-        proc = owner.popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
-        )
-        producer = None
-        alive = lambda: proc.poll() is None  # noqa: E731
+        producers: list[PacedProducer] = []
         try:
-            primer = 1_000
-            PacedProducer(bootstrap, source, primer * 10, 60, 0, count=primer).run()
-            if not wait_for(lambda: observer.distinct >= primer, 240, alive):
-                soak.error = "the primer never showed" if alive() else "the job exited"
-                return soak
-            found = SUBMITTED.search(log_path.read_text())
-            if found is None:
-                soak.error = f"no REST address in {log_path}"
-                return soak
-            checkpoints_url = f"{found.group(2)}/jobs/{found.group(1)}/checkpoints"
-            producer = PacedProducer(bootstrap, source, rate, duration_s, primer)
-            started, started_ms = time.monotonic(), time.time() * 1000
-            producer.start()
-            known: set[int] = set()
-            while producer.is_alive() and alive():
-                rss = tree_rss_mb(proc.pid)
-                at = time.monotonic() - started
-                soak.samples.append(Sample(at, rss, producer.sent, observer.distinct - primer))
+            with launched(
+                "project",
+                lambda state: system_command(
+                    "project", CASE, tag, source, bootstrap, service.url, state, INTERVAL_S
+                ),
+                "soak-project.log",
+            ) as run:
                 try:
-                    history = _get(checkpoints_url).get("history") or []
-                    soak.checkpoints += completed_checkpoints(history, started_ms, known)
-                except OSError:
-                    pass  # a slow answer: the next read catches up (the history holds 10)
-                producer.join(every_s)
-            if not alive():
-                soak.error = f"the job exited with {proc.returncode} (see {log_path})"
-            soak.produced = producer.sent + primer
-            # every record visible, or an interval and a generous margin after the load
-            wait_for(lambda: observer.distinct >= soak.produced, INTERVAL_S + 60, alive)
+                    _load(soak, run, observer, bootstrap, source, every_s, producers)
+                finally:
+                    for producer in producers:
+                        producer.stop.set()
+            soak.error = soak.error or run.stopped
         finally:
-            if producer is not None:
-                producer.stop.set()
-            soak.error = soak.error or stop_system(proc, "project")
-            owner.end()
-            log.close()
             observer.stop.set()
             observer.join(30)
             soak.distinct, soak.duplicates = observer.distinct, observer.duplicates
-            shutil.rmtree(state_dir, ignore_errors=True)
             delete_topics(bootstrap, topics)
     return soak
 
