@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from pipelines import jsontext
 from pipelines.flink_compat import split_lines as split_in_jvm
@@ -135,15 +134,10 @@ class EnrichStats:
     def add(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
 
-    def register(self, runtime_context, also_dead: Callable[[], int] | None = None) -> None:
-        """The gauges; `also_dead` counts dead letters made beside the lookups (the fused
-        stage's parse), so the operator reports one `deadLetters`."""
+    def register(self, runtime_context) -> None:
         group = runtime_context.get_metrics_group()
         for name in self.NAMES:
-            if name != "deadLetters" or also_dead is None:
-                group.gauge(name, lambda name=name: self.counts[name])
-        if also_dead is not None:
-            group.gauge("deadLetters", lambda: self.counts["deadLetters"] + also_dead())
+            group.gauge(name, lambda name=name: self.counts[name])
 
 
 def rewrap(meta: str, out: str) -> str:
@@ -386,7 +380,7 @@ def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory
                 carry_metadata=True,
             )
             self.enricher = enricher_for(settings, client_factory)
-            self.enricher.stats.register(runtime_context, also_dead=lambda: self.parser.dead)
+            self.enricher.stats.register(runtime_context)
 
         async def async_invoke(self, rows):
             lines, metas, records = [], [], []
@@ -394,6 +388,7 @@ def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory
             for row in rows:
                 got = parsed(row)
                 if isinstance(got, str):
+                    self.enricher.stats.add("deadLetters")  # the operator's one count of them
                     lines.append(DEAD_MARK + got)
                 else:
                     metas.append(got[0])
@@ -432,11 +427,15 @@ def apply_enrichment(
     settings: Settings,
     client_factory: ClientFactory,
     uids: tuple[str, str, str] = ("enrich", "enriched", "enrich-dead-letters"),
+    parse_first: bool = False,
 ):
     """Wire the enrichment stage into the stream the parse step produced, looking records
     up with the clients `client_factory(settings)` makes (one per worker), from settings
     without Kafka credentials. Returns (enriched records, dead letters), both streams of
-    JSON text; `uids` names the stage, its records and its dead letters."""
+    JSON text; `uids` names the stage, its records and its dead letters. With
+    `parse_first` (the batched operator only) the stream holds batches of Kafka rows and
+    the stage parses them itself (`make_parse_enrich_function`); its dead letters are then
+    the parse's and the lookups'."""
     from pyflink.common import Time, Types
     from pyflink.datastream import AsyncDataStream
 
@@ -458,44 +457,14 @@ def apply_enrichment(
         )
     else:
         # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.
+        make = make_parse_enrich_function if parse_first else make_batch_async_function
         out = wait(
             stream,
-            make_batch_async_function(settings, client_factory),
+            make(settings, client_factory),
             Time.milliseconds(0),
             cfg.elements_in_flight(),
             Types.STRING(),
         )
-    return _split(out, uids)
-
-
-def apply_parse_enrichment(
-    batches,
-    settings: Settings,
-    client_factory: ClientFactory,
-    uids: tuple[str, str, str] = ("enrich", "enriched", "enrich-dead-letters"),
-):
-    """Wire the fused operator (`make_parse_enrich_function`) into a stream of batches of
-    Kafka rows (pipelines.stages.batch_records). Returns (enriched records, dead letters of
-    the parse and the lookups), both streams of JSON text, named as `apply_enrichment`'s."""
-    from pyflink.common import Time, Types
-    from pyflink.datastream import AsyncDataStream
-
-    settings = without_secrets(settings)  # what the pickled function carries
-    cfg = settings.enrichment
-    wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
-    out = wait(
-        batches,
-        make_parse_enrich_function(settings, client_factory),
-        Time.milliseconds(0),
-        cfg.elements_in_flight(),
-        Types.STRING(),
-    )
-    return _split(out, uids)
-
-
-def _split(out, uids: tuple[str, str, str]):
-    """The stage named and given its uid, its records and its dead letters apart (in the
-    JVM: pipelines.flink.SplitLines), each named and given a uid too."""
     stage, enriched, dead_letters = uids
     out = out.name(stage).uid(stage)
     records = split_in_jvm(out, keep_marked=False).name(enriched).uid(enriched)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from pipelines.enrichment import apply_enrichment, apply_parse_enrichment
+from pipelines.enrichment import apply_enrichment
 from pipelines.flink_compat import java_stream, python_stream, window_counts_in_jvm
 from pipelines.flink_compat import split_lines as split_in_jvm
 from pipelines.kafka import build_raw_sink, build_sink, build_source, origin_type_info
@@ -455,14 +455,8 @@ def enrich(
         "build its input with stages.parse_for_enrichment(raw, settings)",
     )
     graph = parsed.graph
-    uids = (
-        ("enrich", "enriched", "enrich-dead-letters")
-        if name == "enrich"
-        else (name, f"{name}-records", f"{name}-dead-letters")
-    )
-    enrich_uid, enriched_uid, dead_uid = (graph.claim(u) for u in uids)
     out, dead = apply_enrichment(
-        parsed.stream, settings, client_factory, uids=(enrich_uid, enriched_uid, dead_uid)
+        parsed.stream, settings, client_factory, uids=_enrichment_uids(graph, name, "enrich")
     )
     return Records(out, graph), Records(dead, graph)
 
@@ -479,7 +473,6 @@ def parse_and_enrich(
     Python worker once, is parsed, looked up and answered, where two stages hand it across
     twice and parse every record twice. Returns (enriched records, dead letters of both
     steps, each naming its step). The per-record comparison operators keep two stages."""
-
     cfg = settings.enrichment
     if cfg.operator is not EnrichmentOperator.BATCHED:
         parsed, bad = parse_for_enrichment(raw, settings)
@@ -496,18 +489,22 @@ def parse_and_enrich(
     # Its own uid, not `enrich`'s: its state (the batches in flight) holds rows, not the
     # parsed text an `enrich` stage holds, so a savepoint of the two-stage graph must not
     # be restored into it as if it were the same operator.
-    uids = (
-        ("parse-enrich", "enriched", "enrich-dead-letters")
-        if name == "parse-enrich"
-        else (name, f"{name}-records", f"{name}-dead-letters")
-    )
-    out, dead = apply_parse_enrichment(
-        batches.stream,
-        settings,
-        client_factory,
-        uids=(graph.claim(uids[0]), graph.claim(uids[1]), graph.claim(uids[2])),
+    uids = _enrichment_uids(graph, name, "parse-enrich")
+    out, dead = apply_enrichment(
+        batches.stream, settings, client_factory, uids=uids, parse_first=True
     )
     return Records(out, graph), Records(dead, graph)
+
+
+def _enrichment_uids(graph: JobGraph, name: str, default: str) -> tuple[str, str, str]:
+    """An enrichment stage's uids (the stage, its records, its dead letters), claimed: the
+    ones running jobs have under the `default` name, so savepoints keep mapping, else
+    derived from `name`."""
+    if name == default:
+        uids = (default, "enriched", "enrich-dead-letters")
+    else:
+        uids = (name, f"{name}-records", f"{name}-dead-letters")
+    return graph.claim(uids[0]), graph.claim(uids[1]), graph.claim(uids[2])
 
 
 def window_counts(
