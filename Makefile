@@ -135,7 +135,7 @@ mutation: venv ## mutation testing of the pure modules (mutmut, [tool.mutmut]): 
 	  k, t, sv, nt = s["killed"] + s["timeout"], s["total"] - s["skipped"], s["survived"], s["no_tests"]; \
 	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {sv}, not reached by a test {nt})")'
 
-lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two) and mypy over pipelines/
+lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two) and mypy over pipelines/ and bench/
 	$(PY) -m ruff check pipelines tests bench
 	$(PY) -m ruff format --check pipelines tests bench
 	$(PY) -m mypy

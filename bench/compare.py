@@ -621,9 +621,9 @@ def chart(
         xs, medians, lows, highs = [], [], [], []
         for x, case in enumerate(case_names):
             s = next((s for s in summaries if s.case == case and s.system == system), None)
-            if s is None or not s.rates:
+            median = None if s is None else s.median
+            if s is None or median is None:
                 continue
-            median = s.median
             xs.append(x + (i - (len(systems) - 1) / 2) * width)
             medians.append(median)
             lows.append(median - min(s.rates))

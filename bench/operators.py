@@ -128,7 +128,7 @@ def run_case(
             moves += last is not None
             last = total
         time.sleep(0.5)
-    output = proc.stdout.read()
+    output = proc.stdout.read() if proc.stdout else ""
     if proc.returncode != 0:
         raise RuntimeError(f"{operator} run failed:\n{output[-2000:]}")
     out = [json.loads(v) for v in read_all(bootstrap, f"{tag}-out")]
