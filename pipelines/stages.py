@@ -472,11 +472,19 @@ def parse_and_enrich(
     (pipelines.enrichment.make_parse_enrich_function): each batch of rows crosses to the
     Python worker once, is parsed, looked up and answered, where two stages hand it across
     twice and parse every record twice. Returns (enriched records, dead letters of both
-    steps, each naming its step). The per-record comparison operators keep two stages."""
+    steps, each naming its step). uids `batch`, `parse-enrich`, `enriched`,
+    `enrich-dead-letters` by default, else `<name>-batch`, `<name>`, `<name>-records`,
+    `<name>-dead-letters`. The per-record comparison operators keep two stages: by default
+    `parse_for_enrichment`'s and `enrich`'s uids, else `<name>-parse` and `<name>`'s."""
     cfg = settings.enrichment
     if cfg.operator is not EnrichmentOperator.BATCHED:
-        parsed, bad = parse_for_enrichment(raw, settings)
-        enriched, failed = enrich(parsed, settings, client_factory)
+        default = name == "parse-enrich"
+        parsed, bad = parse_for_enrichment(
+            raw, settings, name="parse" if default else f"{name}-parse"
+        )
+        enriched, failed = enrich(
+            parsed, settings, client_factory, name="enrich" if default else name
+        )
         return enriched, Records(bad.stream.union(failed.stream), raw.graph)
     _expect(raw, Rows, "parse_and_enrich", _FIX_ROWS)
     graph = raw.graph

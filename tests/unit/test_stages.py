@@ -99,6 +99,27 @@ def test_enrich_is_handed_the_shape_its_operator_needs(flink_env):
     assert str(raised.value).endswith("stages.parse_for_enrichment(raw, settings)")
 
 
+@pytest.mark.parametrize("operator", ["batched", "async"])
+def test_parse_and_enrich_twice_under_two_names_gives_each_its_own_uids(flink_env, operator):
+    settings = settings_for("enrich", f"enrichment.operator={operator}")
+    env = create_environment(settings)
+    raw = stages.kafka_source(env, settings)
+    dead_letters = []
+    for name in ("geo", "risk"):
+        out, dead = stages.parse_and_enrich(raw, settings, lookup_client, name=name)
+        stages.kafka_sink(out, settings, name=f"{name}-sink", topic=name, id_suffix=f"-{name}")
+        dead_letters.append(dead)
+    stages.dead_letter_sink(settings, *dead_letters)
+    found = uids(env)
+    assert len(found) == len(set(found))
+    stage = {
+        "batched": ["risk-batch", "risk"],
+        "async": ["risk-parse", "risk-parse-dead-letters", "risk"],
+    }
+    assert {*stage[operator], "risk-records", "risk-dead-letters"} <= set(found)
+    assert not {"parse", "enrich", "parse-enrich", "enriched"} & set(found)
+
+
 def test_a_stage_used_twice_under_one_name_is_refused(flink_env):
     settings = settings_for("passthrough")
     env = create_environment(settings)
