@@ -95,10 +95,12 @@ test-unit: venv prometheus ## unit tests only (no broker, no cluster)
 test-integration: venv jars beam-setup images prometheus ## integration tests only
 	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
 
-bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's measured limit, then latency, then a 10-minute soak: tables, JSON, PNGs in bench/results
+bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's measured limit, then latency, a 10-minute soak and the profiles: tables, JSON, PNGs, flame graphs in bench/results
 	$(PY) -m bench.compare
 	$(PY) -m bench.latency
 	$(PY) -m bench.soak
+	$(PY) -m bench.profile --case enrich-50ms
+	$(PY) -m bench.profile --case copy-json
 
 bench-soak: venv jars kafka-up ## enrich held at 50% of make bench's rate for 10 minutes: memory, checkpoint duration, backlog over time
 	$(PY) -m bench.soak $(SOAK_ARGS)
