@@ -477,8 +477,8 @@ def parse_and_enrich(
     `<name>-dead-letters`. The per-record comparison operators keep two stages: by default
     `parse_for_enrichment`'s and `enrich`'s uids, else `<name>-parse` and `<name>`'s."""
     cfg = settings.enrichment
+    default = name == "parse-enrich"
     if cfg.operator is not EnrichmentOperator.BATCHED:
-        default = name == "parse-enrich"
         parsed, bad = parse_for_enrichment(
             raw, settings, name="parse" if default else f"{name}-parse"
         )
@@ -492,7 +492,7 @@ def parse_and_enrich(
         raw,
         cfg.effective_batch_size(),
         cfg.batch_delay,
-        name="batch" if name == "parse-enrich" else f"{name}-batch",
+        name="batch" if default else f"{name}-batch",
     )
     # Its own uid, not `enrich`'s: its state (the batches in flight) holds rows, not the
     # parsed text an `enrich` stage holds, so a savepoint of the two-stage graph must not

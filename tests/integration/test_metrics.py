@@ -14,7 +14,7 @@ import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.ports import free_ports
-from pipelines.devtools.prometheus import RULES_DIR, Prometheus
+from pipelines.devtools.prometheus import Prometheus, rule_files
 from pipelines.devtools.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import topic_args
@@ -32,7 +32,6 @@ TRICKLE_PER_S = 20
 # did not yet count at the source: the low bound allows a few.
 IN_FLIGHT_MAX = TRICKLE_PER_S * 5
 SCRAPE_SKEW = 5
-RULES = RULES_DIR / "pipelines.rules.yml"
 
 
 @pytest.fixture
@@ -140,7 +139,8 @@ def test_prometheus_reconciles_the_enrich_job_and_its_enrichment_alert_fires(
         assert server.value(f"flink_jobmanager_job_numRestarts{{{JOB}}}") == 0
         # A rule over a series Flink does not export never fires: each one the rules read
         # is scraped for this job (runningTime, for one, is Flink's default job-status set).
-        read_by_rules = sorted(set(re.findall(r"\bflink_\w+", RULES.read_text())))
+        rules = "\n".join(path.read_text() for path in rule_files())  # what the server loads
+        read_by_rules = sorted(set(re.findall(r"\bflink_\w+", rules)))
         assert "flink_jobmanager_job_runningTime" in read_by_rules
         missing = [m for m in read_by_rules if server.value(f"count({m}{{{JOB}}})") is None]
         assert not missing, f"series the alert rules read that the job does not export: {missing}"
