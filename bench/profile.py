@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     known = {c.name: c for c in cases(quick=False)}
     if args.case not in known:
         sys.exit(f"error: no case {args.case!r}: one of {', '.join(known)}")
-    case = replace(known[args.case], records=args.records)
+    case = replace(known[args.case], records=args.records, budget_s=None)  # its whole input
     stem = f"profile-{case.name}" + (f"-{args.label}" if args.label else "")
     svg, txt = RESULTS / f"{stem}.svg", RESULTS / f"{stem}.txt"
     svg.unlink(missing_ok=True)

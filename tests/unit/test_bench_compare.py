@@ -1,0 +1,60 @@
+"""`make bench`'s figures of one run: the rate over the 10%-90% span, a run cut by its
+case's time budget rated over what it wrote (never failed for the ids it did not reach,
+still failed for one seen twice), and the table saying which rows were cut."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.compare import BUDGET_S, Case, Run, figures, progress, summarise, table
+
+pytestmark = pytest.mark.unit
+
+
+def steady(count: int, per_s: float, start: float = 10.0) -> list[float]:
+    """Visible times of `count` records arriving at `per_s`, from `start`."""
+    return [start + i / per_s for i in range(count)]
+
+
+def test_a_complete_run_is_rated_over_its_middle_80_percent():
+    times = steady(1000, 100.0)
+    rate, startup, e2e, error = figures(times, 1000, 1000, 0.0, cut=False, error="")
+    assert error == ""
+    assert startup == 10.0
+    assert rate == pytest.approx(100.0, rel=0.01)
+    assert e2e == pytest.approx(1000 / times[-1])
+
+
+def test_a_run_short_of_its_records_fails_unless_its_budget_cut_it():
+    times = steady(400, 100.0)
+    rate, _, e2e, error = figures(times, 400, 1000, 0.0, cut=False, error="")
+    assert (rate, e2e, error) == (None, None, "400 of 1000 ids")
+
+    rate, _, e2e, error = figures(times, 400, 1000, 0.0, cut=True, error="")
+    assert error == ""
+    assert rate == pytest.approx(100.0, rel=0.01)
+    assert e2e == pytest.approx(400 / times[-1])
+
+
+def test_a_cut_run_that_showed_a_record_twice_still_fails():
+    times = steady(400, 100.0)
+    _, _, _, error = figures(times, 390, 1000, 0.0, cut=True, error="")
+    assert error == "10 duplicates"
+
+
+def test_progress_is_by_records_or_by_the_budget_whichever_is_further():
+    case = Case("enrich-50ms", "enrich", 600_000, 50, budget_s=30.0)
+    assert progress(case, 60_000, None) == pytest.approx(0.1)
+    assert progress(case, 60_000, 15.0) == pytest.approx(0.5)
+    assert progress(case, 540_000, 3.0) == pytest.approx(0.9)
+    assert progress(Case("copy-json", "copy-json", 1000), 500, 99.0) == 0.5
+
+
+def test_the_table_says_which_runs_the_budget_cut_and_what_they_wrote():
+    runs = [
+        Run("enrich-50ms", "quix", rep, 1800.0, 2.6, 1600.0, seen, seen, cut=True)
+        for rep, seen in ((1, 54_000), (2, 55_100))
+    ] + [Run("enrich-50ms", "quix", 3, 1900.0, 2.6, 1700.0, 600_000, 600_000)]
+    text = table(summarise(runs))
+    assert f"2 of 3 runs cut at {BUDGET_S:g} s of output (54,000-55,100)" in text
+    assert "1,800" in text and "1,900" in text
