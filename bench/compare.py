@@ -8,10 +8,11 @@ is the time from launch to the first visible record, and its end-to-end rate is 
 records over the time from launch to the last one visible (start-up included: the figure
 for a system that writes in bursts, such as Beam's bundles). A run ends when every record
 is visible or BUDGET_S after the first one, whichever comes first: the inputs keep the jobs
-busy for most of that, and a slower system is rated over what it wrote in the same time. Systems alternate within each
-repetition (the order flips every repetition) so a slow spell of the machine hits all of
-them. Every run must deliver every id exactly once, or the table says what it got (the
-Beam pipeline writes at least once; a clean run still has no duplicates).
+busy for most of that, and a slower system is rated over what it wrote in the same time.
+Systems alternate within each repetition (the order flips every repetition) so a slow
+spell of the machine hits all of them. Every run must deliver every id exactly once (a run
+cut by the budget: no id twice), or the table says what it got (the Beam pipeline writes
+at least once; a clean run still has no duplicates).
 
 Results: a table on stdout, bench/results/compare.{txt,json,png}.
 """
