@@ -31,6 +31,8 @@ class ProgressMonitor:
         self._last_checkpoints = 0
         self._failures_seen: set[tuple] = set()
         self._failed_ids: set[int] = set()  # checkpoints that started and failed
+        self._trigger: str | None = None  # the request id of our first-checkpoint trigger
+        self._next_try = 0.0  # when a failed trigger may be made again
 
     def failures(self) -> list[str]:
         """One line for each failure of the job since the last call (each restarts it, the
@@ -84,31 +86,61 @@ class ProgressMonitor:
             return json.load(resp)
 
     def first_checkpoint(self) -> bool:
-        """Trigger the job's first checkpoint as soon as every task runs; True once that is
-        done or not needed (a checkpoint completed or is under way, or the JobManager
-        refuses manual checkpoints), False while tasks are still starting.
+        """Trigger the job's first checkpoint as soon as every task runs; True once a
+        checkpoint has completed (or the JobManager refuses manual checkpoints), False while
+        that is still to come: call again.
 
         Exactly-once output becomes visible only when a checkpoint completes. The periodic
         triggers made while the tasks start (a Python stage starts its worker inside its
         task) are declined, and the next one comes an interval later: with 5 s checkpoints
-        the first output waited up to 5 s after the job was ready."""
+        the first output waited up to 5 s after the job was ready. Our own trigger can fail
+        like any checkpoint (a task restarting, a busy machine), and trusting one try once
+        left a CI run, at an hour's interval, with no output in 120 s: its outcome is read
+        back by its request id (uncached, unlike the API's statistics) and a failed one is
+        made again, a second apart."""
+        job_path = f"/jobs/{self.job_id}"
         try:
-            job = self._get(f"/jobs/{self.job_id}")
+            if self._trigger is not None:
+                status = self._get(f"{job_path}/checkpoints/{self._trigger}")
+                if (status.get("status") or {}).get("id") != "COMPLETED":
+                    return False  # under way
+                operation = status.get("operation") or {}
+                if operation.get("checkpointId") is not None:
+                    return True
+                self._trigger = None
+                self._next_try = time.monotonic() + 1.0
+                cause = last_cause(str((operation.get("failureCause") or {}).get("stack-trace")))
+                log.debug(f"the first checkpoint failed ({cause}); triggering it again")
+            job = self._get(job_path)
             if job.get("state") != "RUNNING":
                 return False
             for vertex in job.get("vertices", []):
                 if (vertex.get("tasks") or {}).get("RUNNING", 0) < vertex.get("parallelism", 1):
                     return False
-            counts = self._get(f"/jobs/{self.job_id}/checkpoints").get("counts", {})
-            if counts.get("completed") or counts.get("in_progress"):
+            counts = self._get(f"{job_path}/checkpoints").get("counts") or {}
+            if counts.get("completed"):
                 return True
-            self._post(f"/jobs/{self.job_id}/checkpoints", {"checkpointType": "CONFIGURED"})
-        except urllib.error.HTTPError as exc:  # refused: the periodic trigger will do
-            log.debug(f"no early first checkpoint: HTTP {exc.code}")
-            return True
+            if counts.get("in_progress"):
+                return False  # a periodic one: look again, it may yet be declined
+        except urllib.error.HTTPError as exc:  # a trigger forgotten: make another
+            self._trigger = None
+            log.debug(f"first checkpoint: HTTP {exc.code} reading its state")
+            return False
         except Exception:  # noqa: BLE001 - not up yet, or between states
             return False
-        return True
+        if time.monotonic() < self._next_try:
+            return False
+        try:
+            answer = self._post(f"{job_path}/checkpoints", {"checkpointType": "CONFIGURED"})
+        except urllib.error.HTTPError as exc:
+            if exc.code >= 500:  # between states: try again
+                return False
+            log.debug(f"no early first checkpoint: HTTP {exc.code}")  # refused: periodic ones
+            return True
+        except Exception:  # noqa: BLE001 - between states: try again
+            return False
+        self._trigger = answer.get("request-id")
+        return self._trigger is None  # nothing to follow: leave it to the periodic ones
 
     def completed_checkpoints(self) -> int:
         try:
