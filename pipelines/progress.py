@@ -122,9 +122,9 @@ class ProgressMonitor:
                 return True
             if counts.get("in_progress"):
                 return False  # a periodic one: look again, it may yet be declined
-        except urllib.error.HTTPError as exc:  # a trigger forgotten: make another
-            self._trigger = None
-            log.debug(f"first checkpoint: HTTP {exc.code} reading its state")
+        except urllib.error.HTTPError as exc:  # the job, or our trigger, not known (yet)
+            self._trigger = None  # a forgotten trigger is made again
+            log.debug(f"first checkpoint: HTTP {exc.code} reading the job's state")
             return False
         except Exception:  # noqa: BLE001 - not up yet, or between states
             return False
