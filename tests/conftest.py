@@ -11,6 +11,7 @@ import pytest
 from pipelines.flink_compat import disconnect_gateway, gateway_in_group
 from pipelines.processes import ProcessGroups
 from tests.support import (
+    LIVE,
     become_subreaper,
     end_all_started,
     kill_tree,
@@ -32,6 +33,18 @@ signal.signal(signal.SIGTERM, _terminated)
 _SESSION_GROUPS = ProcessGroups()
 _OWNED_GATEWAY = gateway_in_group(_SESSION_GROUPS)
 _OWNED_GATEWAY.__enter__()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the last output of each process it started: CI keeps
+    only the report, and a job's progress lines say what a bare timeout does not."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for started in LIVE:
+            tail = "\n".join(started.output.splitlines()[-40:])
+            report.sections.append((f"last output of {' '.join(started.args[3:5])}", tail))
 
 
 def pytest_sessionfinish(session, exitstatus):
