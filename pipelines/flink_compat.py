@@ -44,7 +44,8 @@ def gateway_in_group(owner):
 
         kwargs["env"] = preload_env(kwargs.get("env") or dict(os.environ))
         if args and isinstance(args[0], list):
-            args = (with_reporters(args[0]), *args[1:])
+            scratch = owner.scratch_dir("pipelines-jvm-")
+            args = (in_temp_dir(with_reporters(args[0]), scratch), *args[1:])
         proc = subprocess.Popen(*args, process_group=0, **kwargs)
         owner.adopt(proc.pid)
         for stream in (proc.stdout, proc.stderr):
@@ -84,6 +85,14 @@ def with_reporters(command: list[str]) -> list[str]:
     at = command.index("-cp") + 1
     extra = [str(p) for p in reporter_jars()]
     return [*command[:at], os.pathsep.join([command[at], *extra]), *command[at + 1 :]]
+
+
+def in_temp_dir(command: list[str], directory: Path) -> list[str]:
+    """The gateway command with its JVM's temp dir, and so the mini-cluster's io.tmp.dirs
+    (its working directory, blob store, extracted RPC jar), in `directory`: the JVM is
+    ended, not closed, so it never removes them itself, and the owner removes the
+    directory once the JVM is gone."""
+    return [command[0], f"-Djava.io.tmpdir={directory}", *command[1:]]
 
 
 class _StderrTail:

@@ -15,9 +15,11 @@ and the reaper ends every group it was told about, then exits.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +61,7 @@ class ProcessGroups:
 
     def __init__(self) -> None:
         self.groups: list[int] = []
+        self.scratch: list[Path] = []
         self._reaper: subprocess.Popen | None = None
 
     def _ensure_reaper(self) -> subprocess.Popen:
@@ -81,6 +84,20 @@ class ProcessGroups:
         reaper.stdin.write(f"{pgid}\n".encode())
         reaper.stdin.flush()
 
+    def scratch_dir(self, prefix: str) -> Path:
+        """A private directory under the system's temp dir, removed after the groups end (by
+        `end()`, or by the reaper when this process is killed): for what the processes write
+        there and never remove when they are ended (a mini-cluster's working directory and
+        its extracted RPC jar: 32 MB per run, left in /tmp by every ended gateway JVM)."""
+        sweep_scratch(prefix)
+        path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+        reaper = self._ensure_reaper()
+        self.scratch.append(path)
+        assert reaper.stdin is not None
+        reaper.stdin.write(f"dir {path}\n".encode())
+        reaper.stdin.flush()
+        return path
+
     def popen(self, args, **kwargs) -> subprocess.Popen:
         """Popen in a new process group owned by this object."""
         proc = subprocess.Popen(args, process_group=0, **kwargs)
@@ -92,6 +109,9 @@ class ProcessGroups:
         groups, self.groups = self.groups, []
         if groups:
             end_groups(groups, grace_s)
+        scratch, self.scratch = self.scratch, []
+        for path in scratch:
+            shutil.rmtree(path, ignore_errors=True)
         if self._reaper is not None:
             try:
                 assert self._reaper.stdin is not None
@@ -204,6 +224,24 @@ def groups_of_ours(pgids: list[int], marker: str) -> list[int]:
     return [g for g in pgids if any(_mentions(p, marker.encode()) for p in members.get(g, ()))]
 
 
+def sweep_scratch(prefix: str, min_age_s: float = 60.0) -> None:
+    """Remove scratch dirs of `prefix` whose owner is gone: what a crash of the owner and
+    its reaper both (a machine's SIGKILL to everything) left behind. A dir whose PID lives
+    is kept, whoever now has that PID; one changed in the last `min_age_s` is kept too (its
+    reaper may still be ending the groups that use it)."""
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{prefix}*-*"):
+        pid = path.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or proc_stats_of(int(pid)) is not None:
+            continue
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        if info.st_uid == os.getuid() and time.time() - info.st_mtime >= min_age_s:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _package_parent() -> str:
     here = str(Path(__file__).resolve().parent.parent)
     existing = os.environ.get("PYTHONPATH")
@@ -241,18 +279,26 @@ def descendants(pid: int) -> set[int]:
 
 
 def _reap() -> int:
-    """The reaper: read PGIDs until EOF (the owner is gone, however it went), end them."""
+    """The reaper: read PGIDs (and `dir <path>` lines) until EOF (the owner is gone,
+    however it went), end the groups, then remove the directories."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     groups: list[int] = []
+    scratch: list[str] = []
     for line in sys.stdin.buffer:
+        text = line.decode(errors="replace").strip()
+        if text.startswith("dir "):
+            scratch.append(text[4:])
+            continue
         try:
-            groups.append(int(line))
+            groups.append(int(text))
         except ValueError:
             continue
     live = [g for g in groups if group_alive(g)]
     if live:
         end_groups(live)
+    for path in scratch:
+        shutil.rmtree(path, ignore_errors=True)
     return 0
 
 

@@ -262,6 +262,19 @@ def end_all_started() -> list[str]:
     return leftovers
 
 
+def run_python(script: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`script` in a fresh interpreter of this checkout, its output captured: for what must
+    start from nothing (a gateway JVM, a process killed with no handler of ours)."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=job_env(),
+        timeout=timeout,
+    )
+
+
 def run_cli(
     *args: str, timeout: float = 300, env: dict | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:

@@ -204,6 +204,10 @@ def _submit(args) -> int:
     stops = StopSignals(owner).install()
     job_id, lines = None, []
     client_done = threading.Event()
+    # The client JVM's temp files (its extracted RPC jar, 21 MB) are left behind when it is
+    # ended: in a directory of the owner's, removed once the group is gone.
+    scratch = owner.scratch_dir("pipelines-flink-client-")
+    env["JVM_ARGS"] = f"{env.get('JVM_ARGS', '')} -Djava.io.tmpdir={scratch}".strip()
     try:
         proc = owner.popen(
             command + extra,

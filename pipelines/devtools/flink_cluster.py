@@ -75,6 +75,13 @@ class Cluster:
         return self.state_dir / "log"
 
     @property
+    def tmp_dir(self) -> Path:
+        """The daemons' io.tmp.dirs (a TaskManager's working directory, blob stores, the
+        extracted RPC jar), removed by `down`: a killed TaskManager never removes its own,
+        and in /tmp they outlived the runs (30 tm_localhost* directories after one CI)."""
+        return self.state_dir / "tmp"
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.rest_port}"
 
@@ -105,7 +112,8 @@ class Cluster:
         self.write_lib()
         shutil.copytree(flink_home() / "conf", self.conf_dir, dirs_exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for directory in (self.state_dir, self.log_dir):
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (self.state_dir, self.log_dir, self.tmp_dir):
             directory.chmod(0o700)
         path = self.conf_dir / "config.yaml"
         tree = yaml.safe_load((flink_home() / "conf" / "config.yaml").read_text()) or {}
@@ -120,6 +128,7 @@ class Cluster:
             "taskmanager.memory.process.size": "2560m",
             "python.executable": sys.executable,
             "python.client.executable": sys.executable,
+            "io.tmp.dirs": str(self.tmp_dir),
             # Each daemon serves /metrics on the first free port of the range (the wheel's
             # plugins/metrics-prometheus); the loopback shim binds it to 127.0.0.1.
             "metrics.reporter.prom.factory.class": PROMETHEUS_REPORTER,
@@ -178,6 +187,7 @@ class Cluster:
         if groups:
             end_groups(groups)
         self.groups_file.unlink(missing_ok=True)
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
         log.info("flink    stopped")
 
     @property

@@ -11,17 +11,19 @@ from __future__ import annotations
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, produce
 from tests.integration.helpers import RunningJob
-from tests.support import kill_tree, topic_args, wait_gone
+from tests.support import kill_tree, topic_args, wait_gone, wait_until
 
 pytestmark = pytest.mark.integration
 
 STOP_LIMIT_S = 30
+TEMP_DIR = re.compile(r"-Djava\.io\.tmpdir=(\S+)")
 
 
 @pytest.fixture
@@ -60,9 +62,22 @@ def _timed_stop(job: RunningJob, signum: int) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
-def _assert_nothing_left(tree: dict, output: str) -> None:
+def _jvm_temp_dirs(tree: dict) -> set[Path]:
+    """The temp dirs the run's JVMs were given (their working directories, blob stores and
+    extracted RPC jars: left in /tmp by every ended JVM before the owner took them)."""
+    return {Path(m) for _, cmd in tree.values() for m in TEMP_DIR.findall(cmd)}
+
+
+def _assert_nothing_left(tree: dict, output: str, crashed: bool = False) -> None:
+    """No process left, and (unless everything was killed at once, a crash nothing of
+    ours outlives: the next run sweeps it) no JVM temp dir."""
     left = wait_gone(tree, 15)
     assert not left, f"still running after the CLI exited: {left}\n{output[-3000:]}"
+    if crashed:
+        return
+    temp_dirs = _jvm_temp_dirs(tree)
+    assert temp_dirs, f"no JVM with its own temp dir in {tree}"
+    wait_until(lambda: not any(d.exists() for d in temp_dirs), 15, f"{temp_dirs} to be removed")
 
 
 @pytest.mark.parametrize(
@@ -199,7 +214,7 @@ def test_harness_kill_tree_ends_a_run_whatever_it_is_doing(passthrough):
     job.wait_for(r"records in [1-9]", 120)
     tree = job.tree()
     kill_tree(job.proc.pid)
-    _assert_nothing_left(tree, job.output)
+    _assert_nothing_left(tree, job.output, crashed=True)
 
 
 @pytest.mark.parametrize("ending", ["finished", "failed"])

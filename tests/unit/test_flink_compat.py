@@ -6,13 +6,12 @@ from __future__ import annotations
 import importlib.metadata
 import struct
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from pipelines import flink_compat
-from tests.support import ROOT, job_env
+from tests.support import run_python
 
 pytestmark = pytest.mark.unit
 
@@ -188,23 +187,19 @@ def test_gateway_starts_in_a_group_the_owner_ends():
         owner = ProcessGroups()
         with gateway_in_group(owner):
             from pyflink.java_gateway import get_gateway
-            assert get_gateway().jvm.java.lang.System.currentTimeMillis() > 0
+            tmp = get_gateway().jvm.java.lang.System.getProperty("java.io.tmpdir")
         [group] = owner.groups
         assert group != os.getpgid(0)
         assert any("java" in open(f"/proc/{p}/cmdline").read() for p in owner.members())
+        [scratch] = owner.scratch
+        assert str(scratch) == tmp, (scratch, tmp)  # the JVM's temp files are the owner's
         disconnect_gateway()
         owner.end()
         assert not group_alive(group)
+        assert not scratch.exists()
         print("ok")
     """)
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=job_env(),
-        timeout=120,
-    )
+    proc = run_python(script, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
     assert proc.stderr.strip() == ""
