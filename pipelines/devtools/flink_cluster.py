@@ -129,6 +129,10 @@ class Cluster:
             "python.executable": sys.executable,
             "python.client.executable": sys.executable,
             "io.tmp.dirs": str(self.tmp_dir),
+            "web.tmpdir": str(self.tmp_dir),  # the REST server's upload dir, else in /tmp
+            # The daemons' pid files, /tmp by default: shared by every checkout on the
+            # machine, so one's stop-cluster.sh could signal another's TaskManager.
+            "env.pid.dir": str(self.state_dir),
             # Each daemon serves /metrics on the first free port of the range (the wheel's
             # plugins/metrics-prometheus); the loopback shim binds it to 127.0.0.1.
             "metrics.reporter.prom.factory.class": PROMETHEUS_REPORTER,
@@ -188,6 +192,8 @@ class Cluster:
             end_groups(groups)
         self.groups_file.unlink(missing_ok=True)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        for pid_file in self.state_dir.glob("flink-*.pid"):  # a killed daemon's stays
+            pid_file.unlink(missing_ok=True)
         log.info("flink    stopped")
 
     @property
