@@ -76,13 +76,16 @@ class ProcessGroups:
             )
         return self._reaper
 
+    def _tell_reaper(self, line: str) -> None:
+        reaper = self._ensure_reaper()
+        assert reaper.stdin is not None
+        reaper.stdin.write(f"{line}\n".encode())
+        reaper.stdin.flush()
+
     def adopt(self, pgid: int) -> None:
         """Own the process group `pgid` from now on (its leader must already exist)."""
-        reaper = self._ensure_reaper()
-        self.groups.append(pgid)
-        assert reaper.stdin is not None
-        reaper.stdin.write(f"{pgid}\n".encode())
-        reaper.stdin.flush()
+        self.groups.append(pgid)  # first: end() ends it even if the reaper cannot be told
+        self._tell_reaper(str(pgid))
 
     def scratch_dir(self, prefix: str) -> Path:
         """A private directory under the system's temp dir, removed after the groups end (by
@@ -91,11 +94,8 @@ class ProcessGroups:
         its extracted RPC jar: 32 MB per run, left in /tmp by every ended gateway JVM)."""
         sweep_scratch(prefix)
         path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
-        reaper = self._ensure_reaper()
         self.scratch.append(path)
-        assert reaper.stdin is not None
-        reaper.stdin.write(f"dir {path}\n".encode())
-        reaper.stdin.flush()
+        self._tell_reaper(f"dir {path}")
         return path
 
     def popen(self, args, **kwargs) -> subprocess.Popen:
