@@ -23,6 +23,7 @@ times are the faults' own durations (a 30 s network cut is 30 s).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from pipelines.devtools.containers import docker
+from pipelines.devtools.containers import DockerError, docker
 from pipelines.devtools.demo import demo_record
 from pipelines.devtools.topics import create_topics, end_offsets, read_messages
 from pipelines.devtools.topology import LIBRDKAFKA_QUIET, TASKMANAGERS, Topology
@@ -294,13 +295,81 @@ def coordinator_kill(ctx: Context) -> None:
     _wait_brokers(ctx)
 
 
+# A freeze the runtime refuses at once is common on a busy machine: runc's cgroup freezer
+# gives up ("unable to freeze") while a process of the container is in uninterruptible
+# I/O, as a broker is just after a restart. The fault is then applied again within a
+# bound, and past it by SIGSTOP of every process of the container, a freeze as real.
+PAUSE_RETRY_S = 20.0
+
+
+def retried(attempt: Callable[[], object], bound_s: float, pause_s: float = 1.0) -> list[str]:
+    """Calls `attempt` until it returns, for at most `bound_s`; the errors of the failed
+    calls, in order (empty when the first succeeded). The last error is raised when the
+    bound passes."""
+    errors: list[str] = []
+    deadline = time.monotonic() + bound_s
+    while True:
+        try:
+            attempt()
+            return errors
+        except DockerError as exc:
+            errors.append(str(exc))
+            if time.monotonic() + pause_s > deadline:
+                raise
+            time.sleep(pause_s)
+
+
+def container_pids(name: str) -> list[int]:
+    """Host pids of every process in container `name` (`docker top` reads its cgroup)."""
+    out = docker("top", name, "-eo", "pid")
+    return [int(line) for line in out.splitlines()[1:] if line.strip().isdigit()]
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass  # ended since it was listed
+
+
+@contextlib.contextmanager
+def frozen(ctx: Context, role: str, seconds: float, retry_s: float = PAUSE_RETRY_S):
+    """`role`'s container frozen for the body: `docker pause` (again within `retry_s` when
+    the runtime refuses; a negative `retry_s` skips it), else SIGSTOP of its processes. The
+    note says which; thawed the same way on every exit. A freeze neither way can apply is a
+    ChaosError naming both reasons, never a finding about the data."""
+    name = ctx.container(role)
+    pids: list[int] = []
+    try:
+        if retry_s < 0:
+            raise DockerError("skipped: the signal path was asked for")
+        refused = retried(lambda: docker("pause", name), retry_s)
+        how = "docker pause" + (f", after {len(refused)} refused: {refused[-1]}" if refused else "")
+    except DockerError as paused:
+        try:
+            pids = container_pids(name)
+            if not pids:
+                raise DockerError(f"`docker top {name}` lists no process")
+            signal_all(pids, signal.SIGSTOP)
+        except (DockerError, OSError) as stopped:
+            raise ChaosError(f"{role} could not be frozen: {paused}; SIGSTOP: {stopped}") from None
+        how = f"SIGSTOP of its {len(pids)} processes (docker pause refused: {paused})"
+    ctx.note(f"{role} paused for {seconds:.0f} s by {how}")
+    try:
+        yield
+    finally:
+        if pids:
+            signal_all(pids, signal.SIGCONT)
+        else:
+            retried(lambda: docker("unpause", name), PAUSE_RETRY_S)
+        ctx.note(f"{role} unpaused")
+
+
 def broker_pause(ctx: Context, seconds: float = 20) -> None:
     role = _leader_of(ctx, ctx.names["out"], ctx.rng.randrange(PARTITIONS))
-    docker("pause", ctx.container(role))
-    ctx.note(f"{role} paused for {seconds:.0f} s")
-    time.sleep(seconds)  # the fault's own length
-    docker("unpause", ctx.container(role))
-    ctx.note(f"{role} unpaused")
+    with frozen(ctx, role, seconds):
+        time.sleep(seconds)  # the fault's own length
     _wait_brokers(ctx)
 
 
@@ -315,11 +384,8 @@ def rolling_restart(ctx: Context) -> None:
 
 
 def store_outage(ctx: Context, seconds: float = 20) -> None:
-    docker("pause", ctx.container("seaweedfs"))
-    ctx.note(f"the object store paused for {seconds:.0f} s")
-    time.sleep(seconds)  # the fault's own length
-    docker("unpause", ctx.container("seaweedfs"))
-    ctx.note("the object store unpaused")
+    with frozen(ctx, "seaweedfs", seconds):
+        time.sleep(seconds)  # the fault's own length
 
 
 FAULTS = {

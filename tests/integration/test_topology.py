@@ -15,7 +15,8 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.chaos import ALL_FAULTS, run_trial
+from pipelines.devtools.chaos import ALL_FAULTS, Context, frozen, run_trial
+from pipelines.devtools.containers import docker
 from pipelines.devtools.demo import demo_values
 from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
 from pipelines.jobmanager import JobManager
@@ -386,6 +387,24 @@ def ready_topology(topology):
         print(f"topology not ready ({'; '.join(problems)}); logs in {kept}; starting it afresh")
         topology.up(wait_s=420)  # an unhealthy topology is taken down first
     return topology
+
+
+def test_a_broker_the_runtime_will_not_pause_is_frozen_by_sigstop_and_thawed(ready_topology):
+    """The fault driver's second way to freeze (taken when `docker pause` is refused past
+    its bound): every process of the container stopped for the body, running after it,
+    and the brokers back in sync."""
+    ctx = Context(ready_topology, "passthrough", "", {}, [], random.Random(0))
+    name = ready_topology.container("kafka-3")
+
+    def states() -> list[str]:
+        rows = docker("top", name, "-eo", "pid,stat").splitlines()[1:]
+        return [row.split()[1] for row in rows]
+
+    with frozen(ctx, "kafka-3", 0, retry_s=-1):
+        assert states() and all(s.startswith("T") for s in states()), states()
+    assert not [s for s in states() if s.startswith("T")], states()
+    assert "by SIGSTOP of its" in ctx.log[0] and ctx.log[-1].endswith("kafka-3 unpaused")
+    assert ready_topology.wait_ready(timeout_s=180) == []
 
 
 @pytest.mark.parametrize("fault", list(ALL_FAULTS))
