@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
-        test test-unit test-integration bench bench-quick bench-latency bench-soak wrk profile \
+        check test test-unit test-integration bench bench-quick bench-latency bench-soak wrk profile \
         bench-operators chaos chaos-smoke mutation lint format clean
 
 help: ## list the targets
@@ -86,7 +86,9 @@ topology-up: venv jars images ## the production-shaped cluster in containers (do
 topology-down: venv ## remove every container and the network of the topology
 	$(CLI) topology down
 
-test: venv jars beam-setup images prometheus ## set everything up and run the whole test suite
+check: lint test-unit ## what a fork runs on every push: lint, types, unit tests and every job's pipelines.testing tests (no broker, no Docker, no cluster; < 5 min)
+
+test: venv jars beam-setup images prometheus ## set everything up and run the whole test suite (before a release)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv prometheus ## unit tests only (no broker, no cluster)
