@@ -52,6 +52,7 @@ def load(job: str, args: argparse.Namespace, overrides: list[str] | None = None)
         env=args.env,
         conf_dir=args.conf_dir,
         overrides=list(args.overrides or []) if overrides is None else overrides,
+        sections=jobs.sections(load_job(job)),
     )
     mask = getattr(args, "mask", None)
     if mask is not None:

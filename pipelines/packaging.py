@@ -21,6 +21,7 @@ from pipelines.jobs import names
 from pipelines.paths import PACKAGE_MARKER, PROJECT_ROOT, state_root
 from pipelines.settings import ConfigError, Loaded, is_secret_key
 from pipelines.settings.secrets import from_reference, url_passwords
+from pipelines.settings.sections import dumped as dumped_settings
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def _secrets_as_references(
 
 def effective_config(loaded: Loaded, needs: list[Requirement] | None = None) -> dict:
     """The settings as one YAML tree, each secret as the reference it was loaded from."""
-    dumped = loaded.settings.model_dump(mode="json", exclude={"job": {"from_checkpoint"}})
+    dumped = dumped_settings(loaded.settings, mode="json", exclude={"job": {"from_checkpoint"}})
     props = loaded.settings.kafka.properties
     dumped["kafka"]["properties"] = {k: v for k, v in props.items()}
     return _secrets_as_references(dumped, loaded, [] if needs is None else needs)

@@ -95,8 +95,13 @@ class Output:
 def settings_for(job: str, *overrides: str) -> Settings:
     """A job's settings from its conf/base file with `overrides` (KEY=VALUE), at parallelism
     1 unless one of them says otherwise; the environment's variables are not read."""
+    return _settings(job, jobs.load(job), overrides)
+
+
+def _settings(job: str, module: ModuleType | None, overrides: Sequence[str]) -> Settings:
     sets = ["job.parallelism=1", *overrides]
-    return load_settings(job, overrides=sets, environ={}).settings
+    own = jobs.sections(module) if module else ()
+    return load_settings(job, overrides=sets, environ={}, sections=own).settings
 
 
 def run(
@@ -110,7 +115,7 @@ def run(
     `inputs` and run it to the end of its input; what each sink would have written."""
     build, module = _resolve(job)
     if settings is None:
-        settings = settings_for(jobs.name_of(build), *overrides)
+        settings = _settings(jobs.name_of(build), module, overrides)
     # A test's JVM (in this process, without the loopback shim) serves no metrics port.
     settings = settings.model_copy(update={"metrics": MetricsSettings(prometheus_port=None)})
     # PyFlink fuses chained Python operators, and a fused collecting map took over the uid of

@@ -6,6 +6,8 @@ A job module holds:
 - `build(env, settings)`: the pipeline, in pipelines.stages builders;
 - `USES` (optional): the external services it calls, e.g. ("enrichment",): preflight
   checks that each answers, and lookups size Kafka polls and Python bundles;
+- `SECTIONS` (optional): the job's own settings sections, each a JobSection subclass
+  (pipelines.settings.sections) read with `Model.of(settings)`;
 - `lookup_client(settings)` (jobs with an enrichment stage): the client factory handed to
   `stages.enrich`; preflight asks that client's `check` whether the service answers;
 - `if __name__ == "__main__": job_main(build)`, so that `python -m pipelines.jobs.NAME` and
@@ -37,6 +39,7 @@ __all__ = [
     "lookup_client",
     "name_of",
     "names",
+    "sections",
     "uses",
 ]
 
@@ -91,6 +94,11 @@ def name_of(build: Callable[..., Any]) -> str:
 
 def uses(module: ModuleType) -> tuple[str, ...]:
     return tuple(getattr(module, "USES", ()))
+
+
+def sections(module: ModuleType) -> tuple[Any, ...]:
+    """The job's own settings sections (its SECTIONS), for the loader."""
+    return tuple(getattr(module, "SECTIONS", ()))
 
 
 def lookup_client(module: ModuleType, settings: Settings) -> EnrichmentClient | None:

@@ -7,6 +7,7 @@ before anything touches Flink. By concern:
 - values.py: durations and the base model; ConfigError;
 - schema.py: the sections and their rules;
 - loader.py: layers merged with provenance, `load_settings`, `effective_view`;
+- sections.py: a job's own sections (JobSection), loaded beside the project's;
 - secrets.py: secret keys, `${env:}`/`${file:}` references, SecretMask;
 - kafka_clients.py: the `kafka:` section as the Java clients and librdkafka want it.
 
@@ -50,6 +51,7 @@ from pipelines.settings.schema import (
     WindowSettings,
 )
 from pipelines.settings.secrets import SecretMask, is_secret_key, mask_value, secret_values
+from pipelines.settings.sections import JobSection
 from pipelines.settings.values import DURATION_FIELDS, ConfigError, format_ms, parse_duration_ms
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "StartPosition",
     "WatermarkSettings",
     "WindowSettings",
+    "JobSection",
     "SecretMask",
     "is_secret_key",
     "mask_value",

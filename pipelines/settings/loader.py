@@ -11,6 +11,7 @@ came from.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from pipelines.settings.secrets import (
     mask_value,
     resolve_secret_refs,
 )
+from pipelines.settings.sections import JobSection, as_references, declared
+from pipelines.settings.sections import dumped as dumped_settings
 from pipelines.settings.values import ConfigError
 
 ENV_PREFIX = "PIPELINES__"
@@ -138,7 +141,9 @@ def _value_for(dotted: str, text: str) -> Any:
     return text if is_secret_key(dotted) else _scalar(text)
 
 
-def _allowed_for(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
+def _allowed_for(
+    model: type[BaseModel], loc: tuple[Any, ...], also_known: tuple[str, ...] = ()
+) -> str | None:
     """What a key may hold, for messages: the enum values or the section's known keys."""
     current: Any = model
     for part in loc:
@@ -146,7 +151,7 @@ def _allowed_for(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
             continue
         fields = getattr(current, "model_fields", None)
         if fields is None or part not in fields:
-            names = ", ".join(sorted(fields)) if fields else None
+            names = ", ".join(sorted([*fields, *also_known])) if fields else None
             return f"known keys here: {names}" if names else None
         annotation = fields[part].annotation
         current = _unwrap(annotation)
@@ -165,20 +170,29 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def _explain(exc: ValidationError, sources: dict[str, str]) -> str:
+def _explain(
+    exc: ValidationError,
+    sources: dict[str, str],
+    model: type[BaseModel] = Settings,
+    prefix: tuple[str, ...] = (),
+    also_known: tuple[str, ...] = (),
+) -> str:
+    """One line per error, naming the file and the key; `prefix` is where `model` sits in
+    the whole config (a job's section), `also_known` the job's sections beside the
+    project's at the top level."""
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
-        key = ".".join(str(p) for p in loc)
+        key = ".".join(str(p) for p in prefix + loc)
         etype = err["type"]
         if etype == "extra_forbidden":
             section = loc[:-1]
-            allowed = _allowed_for(Settings, section + ("\0",)) or ""
-            msg = f"unknown key; {allowed}"
+            allowed = _allowed_for(model, section + ("\0",), () if section else also_known)
+            msg = f"unknown key; {allowed or ''}"
         elif etype == "missing":
             msg = "required but not set"
         elif etype == "enum":
-            allowed = _allowed_for(Settings, loc) or ""
+            allowed = _allowed_for(model, loc) or ""
             msg = f"{err.get('input')!r} is not allowed; {allowed}"
         else:
             msg = err["msg"].removeprefix("Value error, ")
@@ -213,10 +227,13 @@ def load_settings(
     conf_dir: Path | str | None = None,
     environ: dict[str, str] | None = None,
     local: bool = True,
+    sections: Sequence[type[JobSection]] = (),
 ) -> Loaded:
     """Build validated settings for `job` from every layer; raise ConfigError otherwise.
     `local` False leaves conf/local out: an image or package built for others takes
-    nothing from this machine's own overrides."""
+    nothing from this machine's own overrides. `sections` are the job's own
+    (`pipelines.jobs.sections(module)`): a top-level key none of them declares is refused."""
+    own = declared(sections, Settings.model_fields)
     conf = Path(conf_dir) if conf_dir else paths.conf_dir()
     environ = dict(os.environ) if environ is None else environ
     tree: dict[str, Any] = {"job": {"name": job}}
@@ -264,11 +281,29 @@ def load_settings(
         _set_dotted(piece, key.strip(), _value_for(key.strip(), value))
         _merge(tree, piece, "--set", sources)
 
+    given: dict[str, dict[str, Any]] = {}  # the job's sections, as the layers merged them
+    for name in own:
+        section = tree.pop(name, None)
+        if section is not None and not isinstance(section, dict):
+            raise ConfigError(
+                f"{_origin_of(name, sources)}: {name}: a section of keys, not "
+                f"{type(section).__name__}"
+            )
+        given[name] = section or {}
+    # what a pickled function carries: references, never a secret's value
+    trees = {name: as_references(section, sources, f"{name}.") for name, section in given.items()}
     resolved = resolve_secret_refs(tree, sources)
     try:
         settings = Settings.model_validate(resolved)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, sources)) from None
+        raise ConfigError(_explain(exc, sources, also_known=tuple(own))) from None
+    for name, model in own.items():
+        resolved[name] = resolve_secret_refs(given[name], sources, f"{name}.")
+        try:
+            settings._sections[name] = model.model_validate(resolved[name])
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc, sources, model, (name,))) from None
+    settings._section_trees = trees
     conflicts = property_conflicts(settings)
     if conflicts:
         raise ConfigError(
@@ -289,7 +324,7 @@ def load_settings(
 
 def effective_view(loaded: Loaded) -> list[tuple[str, str, str]]:
     """(key, value, where it came from) for every leaf, secrets masked: for printing."""
-    dumped = loaded.settings.model_dump(mode="json")
+    dumped = dumped_settings(loaded.settings, mode="json")
     rows = []
     for key, value in sorted(_flatten(dumped).items()):
         shown = mask_value(key, value, _origin_of(key, loaded.sources))

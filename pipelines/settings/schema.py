@@ -579,3 +579,7 @@ class Settings(Model):
     # Values the loader resolved from `${env:}`/`${file:}`: secrets wherever they sit
     # (secrets.secret_values), though their keys may not say so.
     _referenced: frozenset[str] = PrivateAttr(default_factory=frozenset)
+    # The job's own sections (pipelines.settings.sections): validated, and as the merged
+    # tree with references unresolved, which is what a pickled function may carry.
+    _sections: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _section_trees: dict[str, Any] = PrivateAttr(default_factory=dict)

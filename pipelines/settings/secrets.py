@@ -216,4 +216,6 @@ def without_secrets(settings: Settings) -> Settings:
     source = settings.source.model_copy(update={"properties": kept(settings.source.properties)})
     bare = settings.model_copy(update={"kafka": kafka, "source": source})
     bare._referenced = frozenset()
+    # A job's own sections travel as their trees, references unresolved (settings.sections)
+    bare._sections = {}
     return bare

@@ -34,7 +34,8 @@ PUBLIC = {
     ],
     "pipelines.lookups.http_demo": ["DemoHttpClient", "http_error"],
     "pipelines.jobs": [
-        "Build", "JobModule", "UnknownJob", "load", "lookup_client", "name_of", "names", "uses",
+        "Build", "JobModule", "UnknownJob", "load", "lookup_client", "name_of", "names",
+        "sections", "uses",
     ],
     "pipelines.runner": ["job_main"],
     "pipelines.testing": ["TOPIC", "Output", "Record", "Written", "run", "settings_for"],
@@ -46,7 +47,7 @@ PUBLIC = {
         "BeamRunner", "BeamSettings", "CheckpointMode", "CheckpointSettings", "ConfigError",
         "DURATION_FIELDS", "DeliveryGuarantee", "ENV_PREFIX", "EnrichmentOperator",
         "EnrichmentSettings", "ErrorSettings", "FaultSettings", "FieldType", "IsolationLevel",
-        "JobSettings", "KafkaConnection", "KafkaSecurity", "Loaded", "MetricsSettings", "OffsetReset", "OnFailure",
+        "JobSection", "JobSettings", "KafkaConnection", "KafkaSecurity", "Loaded", "MetricsSettings", "OffsetReset", "OnFailure",
         "ParseSettings", "PartitionOffset", "PythonSettings", "RestartSettings",
         "RestartStrategy", "Retention", "SaslMechanism", "SecretMask", "SecurityProtocol",
         "Settings", "SinkSettings", "SourceSettings", "StartMode", "StartPosition", "StoreType",
