@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pipelines.loopback import preload_env
+from pipelines.paths import local_state
 
 FLINK_VERSION = "2.2.1"
 
@@ -54,6 +55,11 @@ def gateway_in_group(owner):
         return proc
 
     def launch(env, args):
+        # Its log in a 0700 directory of ours with the environment kept out: by default it
+        # is site-packages/pyflink/log (0644), and the Python workers' environment (a job
+        # section's `${env:}` secret among it) was logged there when they closed.
+        env.setdefault("FLINK_LOG_DIR", str(private_dir(local_state("logs"))))
+        env.setdefault("LOG4J_PROPERTIES", str(gateway_log_config()))
         gateway_server.Popen = popen_in_group
         try:
             return original_launch(env, args)
@@ -65,6 +71,45 @@ def gateway_in_group(owner):
         yield
     finally:
         java_gateway.launch_gateway_server_process = original_launch
+
+
+# Flink and Beam log a process's whole environment, and environments hold secrets (a job
+# config's `${env:}` values, a job section's secrets on a TaskManager): PythonEnvUtils logs
+# the `flink run` client's Python process's at INFO (the canary test found the truststore
+# password there); Beam's DefaultJobBundleFactory logs a Python worker's (the TaskManager's
+# environment) at INFO when the worker closes and at WARN when its clean-up fails.
+QUIET_ENVIRONMENT_LOGS = """
+# pipelines: these two log a process's whole environment (its secrets) at INFO or WARN
+logger.pythonenv.name = org.apache.flink.client.python.PythonEnvUtils
+logger.pythonenv.level = WARN
+logger.workerenv.name = org.apache.beam.runners.fnexecution.control.DefaultJobBundleFactory
+logger.workerenv.level = ERROR
+"""
+
+
+def quiet_environment_logs(path: Path) -> None:
+    """Append QUIET_ENVIRONMENT_LOGS to the log4j properties file `path` (once)."""
+    text = path.read_text() if path.exists() else ""
+    if "logger.workerenv.name" not in text:
+        path.write_text(text.rstrip("\n") + "\n" + QUIET_ENVIRONMENT_LOGS)
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def gateway_log_config() -> Path:
+    """The local gateway JVM's log4j config: the wheel's CLI config, environment kept out."""
+    import pyflink
+
+    path = private_dir(local_state("flink-gateway")) / "log4j-cli.properties"
+    if not path.exists():
+        wheel = Path(pyflink.__file__).parent / "conf" / "log4j-cli.properties"
+        path.write_text(wheel.read_text())
+    quiet_environment_logs(path)
+    return path
 
 
 def reporter_jars() -> list[Path]:

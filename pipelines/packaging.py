@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from pipelines import jars as jar_module
+from pipelines.flink_compat import QUIET_ENVIRONMENT_LOGS
 from pipelines.flink_run import submit_command
 from pipelines.jobs import names
 from pipelines.paths import PACKAGE_MARKER, PROJECT_ROOT, state_root
@@ -197,7 +198,9 @@ def package_job(
         submit_script(job, [p.name for p in packaged], cluster_python, jobmanager, needs)
     )
     script.chmod(0o755)
-    (out_dir / "README.md").write_text(package_readme(job, cluster_python, jobmanager, needs))
+    own = set(loaded.settings._sections)
+    readme = package_readme(job, cluster_python, jobmanager, needs, own)
+    (out_dir / "README.md").write_text(readme)
     (out_dir / PACKAGE_MARKER).write_text(
         "written by `pipelines package`; the next package into this directory replaces it\n"
     )
@@ -205,13 +208,22 @@ def package_job(
     return Package(out_dir, job, packaged, command, needs)
 
 
-def _requirement_lines(needs: list[Requirement]) -> list[str]:
+def _requirement_lines(
+    needs: list[Requirement], own: frozenset[str] | set[str] = frozenset()
+) -> list[str]:
+    """One line per need; a need of a job's own section is resolved on the TaskManagers too
+    (its workers read it: pipelines.settings.sections)."""
     lines = []
     for need in needs:
+        where = (
+            "where SUBMIT.sh runs and on every TaskManager"
+            if need.key.split(".")[0] in own
+            else "where SUBMIT.sh runs"
+        )
         if need.kind == "env":
-            lines.append(f"environment variable {need.name}: {need.key}")
+            lines.append(f"environment variable {need.name}: {need.key} (set {where})")
         else:
-            lines.append(f"file {need.name}: {need.key} (read where SUBMIT.sh runs)")
+            lines.append(f"file {need.name}: {need.key} (read {where})")
     return lines
 
 
@@ -303,7 +315,13 @@ def submit_script(
     return "\n".join(header) + "\n"
 
 
-def package_readme(job: str, python: str, jobmanager: str, needs: list[Requirement]) -> str:
+def package_readme(
+    job: str,
+    python: str,
+    jobmanager: str,
+    needs: list[Requirement],
+    own: frozenset[str] | set[str] = frozenset(),
+) -> str:
     lines = [
         f"# {job}, packaged by `pipelines package`",
         "",
@@ -313,7 +331,7 @@ def package_readme(job: str, python: str, jobmanager: str, needs: list[Requireme
         "",
         "## REQUIREMENTS",
         "",
-        *(f"- {line}" for line in _requirement_lines(needs)),
+        *(f"- {line}" for line in _requirement_lines(needs, own)),
         "- a Flink 2.2 client: `--flink PATH`, or `$FLINK_HOME/bin/flink`, or `flink` on PATH",
         f"- the JobManager's address: `--jobmanager HOST:PORT` or `$JOBMANAGER` (default {jobmanager})",
         "- Python 3.11 with `apache-flink==2.2.1` and the project's dependencies on the client and",
@@ -323,8 +341,11 @@ def package_readme(job: str, python: str, jobmanager: str, needs: list[Requireme
         "loaded from (`${env:NAME}` or `${file:PATH}`), resolved where SUBMIT.sh runs.",
         "",
         "`flink run` logs its Python process's whole environment (an `${env:}` secret",
-        "included) at INFO: in the client's `log4j-cli.properties`, set",
-        "`logger.pythonenv.name = org.apache.flink.client.python.PythonEnvUtils` and",
-        "`logger.pythonenv.level = WARN`.",
+        "included) at INFO, and a TaskManager logs its Python workers' environment (its own,",
+        "where a job section's secrets are given) when they close: add these lines to the",
+        "client's `log4j-cli.properties` and to the TaskManagers' `log4j.properties` and",
+        "`log4j-console.properties`:",
+        "",
+        *(f"    {line}" for line in QUIET_ENVIRONMENT_LOGS.strip().splitlines()),
     ]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,16 @@ mkdir -p "$FLINK_CONF_DIR" "$FLINK_PLUGINS_DIR"
 for f in log4j-console.properties log4j-cli.properties logback-console.xml; do
   if [ -f "$FLINK_HOME/conf/$f" ]; then cp "$FLINK_HOME/conf/$f" "$FLINK_CONF_DIR/"; fi
 done
+# Keep every process's environment (its secrets) out of the logs (pipelines.flink_compat's
+# QUIET_ENVIRONMENT_LOGS): Beam logs a Python worker's, the TaskManager's own, as it closes.
+for f in log4j-console.properties log4j-cli.properties; do
+  cat >> "$FLINK_CONF_DIR/$f" <<'EOF'
+logger.pythonenv.name = org.apache.flink.client.python.PythonEnvUtils
+logger.pythonenv.level = WARN
+logger.workerenv.name = org.apache.beam.runners.fnexecution.control.DefaultJobBundleFactory
+logger.workerenv.level = ERROR
+EOF
+done
 umask 077  # the config holds the object store's secret key
 printf '%s\n' "${FLINK_PROPERTIES:-}" > "$FLINK_CONF_DIR/config.yaml"
 for secret in /run/secrets/flink-*.yaml; do

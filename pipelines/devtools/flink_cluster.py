@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.environment import PROMETHEUS_REPORTER
+from pipelines.flink_compat import quiet_environment_logs
 from pipelines.flink_run import flink_home
 from pipelines.loopback import preload_env
 from pipelines.paths import local_state
@@ -296,22 +297,12 @@ class Cluster:
         return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
 
 
-# Flink's PythonEnvUtils logs, at INFO, every environment variable of the Python process a
-# `flink run` client starts: a job config's `${env:...}` secrets among them (the canary test
-# found the truststore password there). WARN keeps that line out of the client's log.
-_QUIET_ENV_LOG = """
-# pipelines: PythonEnvUtils logs the Python client's whole environment (secrets) at INFO
-logger.pythonenv.name = org.apache.flink.client.python.PythonEnvUtils
-logger.pythonenv.level = WARN
-"""
-
-
 def quiet_client_environment_log(conf_dir: Path) -> None:
-    """Make the `flink run` client in `conf_dir` keep the environment out of its log."""
-    path = conf_dir / "log4j-cli.properties"
-    text = path.read_text()
-    if "logger.pythonenv.name" not in text:
-        path.write_text(text.rstrip("\n") + "\n" + _QUIET_ENV_LOG)
+    """Keep every process's environment (its secrets) out of the logs of the `flink run`
+    client and the daemons that read `conf_dir` (flink_compat.QUIET_ENVIRONMENT_LOGS)."""
+    for name in ("log4j-cli.properties", "log4j.properties", "log4j-console.properties"):
+        if (conf_dir / name).exists():
+            quiet_environment_logs(conf_dir / name)
 
 
 def client_dirs() -> dict[str, str]:

@@ -63,7 +63,10 @@ def test_requirements_are_listed_in_submit_sh_and_the_readme(secured):
     package, password_file = secured
     script = (package.root / "SUBMIT.sh").read_text()
     readme = (package.root / "README.md").read_text()
-    env_line = "environment variable TRUST_PW: kafka.security.ssl_truststore_password"
+    env_line = (
+        "environment variable TRUST_PW: kafka.security.ssl_truststore_password "
+        "(set where SUBMIT.sh runs)"
+    )
     file_line = f"file {password_file}: kafka.security.password (read where SUBMIT.sh runs)"
     assert f"#   {env_line}\n" in script and f"#   {file_line}\n" in script
     requirements = readme.split("## REQUIREMENTS\n", 1)[1]
