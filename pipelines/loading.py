@@ -52,7 +52,8 @@ def load(job: str, args: argparse.Namespace, overrides: list[str] | None = None)
         env=args.env,
         conf_dir=args.conf_dir,
         overrides=list(args.overrides or []) if overrides is None else overrides,
-        sections=jobs.sections(load_job(job)),
+        # A Beam pipeline (pipelines/beam) declares no sections of its own yet.
+        sections=jobs.sections(load_job(job)) if job in jobs.names() else (),
     )
     mask = getattr(args, "mask", None)
     if mask is not None:

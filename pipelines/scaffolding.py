@@ -109,7 +109,10 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
         f"# {name}: created from conf/base/{source_name}.yaml by `pipelines new`. It owns its\n"
         f"# topics, group id and transactional id prefix; change them together.\n"
         + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False)
+        + (SECTION_EXAMPLE_YAML if not beam else "")
     )
+    if not beam:
+        module = with_section_example(module, _scaffold(root, "section_example.py", name))
     kind = "beam" if beam else _smoke_test_kind(module, base_conf)
     test = _scaffold(root, f"smoke_{kind}.py", name)
     logic = None if target.logic_test is None else _scaffold(root, f"logic_{kind}.py", name)
@@ -121,6 +124,32 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     if target.logic_test is not None and logic is not None:
         target.logic_test.write_text(logic)
     return target
+
+
+SECTION_MARKER = "# --- example ---\n"
+SECTION_EXAMPLE_YAML = """
+# This job's own settings: a section its module declares (see the commented Pricing model
+# in its module, and docs/configuration.md). A secret is a reference, never its value.
+# pricing:
+#   table: conf/prices.csv
+#   api_token: ${env:PRICING_TOKEN}
+"""
+
+
+def with_section_example(module: str, example: str) -> str:
+    """`module` with the scaffold's example of a job's own settings, commented out, above
+    its first top-level function (the module is otherwise the template's, unchanged)."""
+    block = example.split(SECTION_MARKER, 1)[1]
+    commented = "".join(
+        "#\n" if not line.strip() else line if line.startswith("#") else f"# {line}"
+        for line in block.splitlines(keepends=True)
+    )
+    if commented.splitlines()[0] in module:  # a copy of a copy has it already
+        return module
+    at = module.find("\ndef ")
+    if at < 0:
+        return module + "\n\n" + commented
+    return module[: at + 1] + commented + "\n\n" + module[at + 1 :]
 
 
 def _scaffold(root: Path, file: str, name: str) -> str:

@@ -94,6 +94,9 @@ class JobGraph:
     # (sink name, stream, raw rows?) instead of written to Kafka.
     test_rows: list | None = None
     collected: list[tuple[str, Any, bool]] | None = None
+    # pipelines.testing: the client factory every enrichment stage uses instead of the
+    # job's (a test double), so the job's own tests survive a change of its client.
+    lookup_double: ClientFactory | None = None
 
     def claim(self, uid: str) -> str:
         if uid in self.uids:
@@ -456,7 +459,10 @@ def enrich(
     )
     graph = parsed.graph
     out, dead = apply_enrichment(
-        parsed.stream, settings, client_factory, uids=_enrichment_uids(graph, name, "enrich")
+        parsed.stream,
+        settings,
+        graph.lookup_double or client_factory,
+        uids=_enrichment_uids(graph, name, "enrich"),
     )
     return Records(out, graph), Records(dead, graph)
 
@@ -499,7 +505,7 @@ def parse_and_enrich(
     # be restored into it as if it were the same operator.
     uids = _enrichment_uids(graph, name, "parse-enrich")
     out, dead = apply_enrichment(
-        batches.stream, settings, client_factory, uids=uids, parse_first=True
+        batches.stream, settings, graph.lookup_double or client_factory, uids=uids, parse_first=True
     )
     return Records(out, graph), Records(dead, graph)
 

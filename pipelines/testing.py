@@ -32,6 +32,7 @@ from typing import Any
 from pipelines import jobs
 from pipelines.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
 from pipelines.lines import key_of, split_meta
+from pipelines.lookups import ClientFactory
 from pipelines.settings import MetricsSettings, Settings, load_settings
 from pipelines.stages import graph_of
 
@@ -110,9 +111,13 @@ def run(
     *,
     settings: Settings | None = None,
     overrides: Sequence[str] = (),
+    lookup_client: ClientFactory | None = None,
 ) -> Output:
     """Build `job` (a job's name, its module, or a `build(env, settings)` function) over
-    `inputs` and run it to the end of its input; what each sink would have written."""
+    `inputs` and run it to the end of its input; what each sink would have written.
+    `lookup_client`, a factory like the job's own, replaces the client of every enrichment
+    stage: the test double that keeps a job's tests its own when its client changes (it
+    runs on the local worker, so define it in an importable module, e.g. the test's)."""
     build, module = _resolve(job)
     if settings is None:
         settings = _settings(jobs.name_of(build), module, overrides)
@@ -125,6 +130,7 @@ def run(
     graph = graph_of(env)
     graph.test_rows = _rows(inputs)
     graph.collected = []
+    graph.lookup_double = lookup_client
     build(env, settings)
     if not graph.collected:
         return Output()

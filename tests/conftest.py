@@ -71,6 +71,12 @@ class SessionBroker:
         self.container = container  # the ContainerBroker when kind == "container"
 
 
+def _not_here() -> None:
+    raise RuntimeError(
+        "PIPELINES_TEST_KAFKA: this session shares another's broker and cannot stop or start it"
+    )
+
+
 def _broker_mode() -> str:
     mode = os.environ.get("PIPELINES_TEST_BROKER", "auto")
     if mode not in ("auto", "container", "jar"):
@@ -86,7 +92,12 @@ NO_CONTAINERS: list[str] = []
 def session_broker():
     """A real broker for the session: a Kafka container started through testcontainers from
     the project's own image where a Docker engine answers (PIPELINES_TEST_BROKER=container
-    insists on it, =jar never tries), else the jar-run local broker."""
+    insists on it, =jar never tries), else the jar-run local broker; or the broker at
+    PIPELINES_TEST_KAFKA, which a test running a fresh copy's tests hands to them."""
+    shared = os.environ.get("PIPELINES_TEST_KAFKA")
+    if shared:  # a test session inside another's (a fresh copy's tests): its broker, shared
+        yield SessionBroker("shared", shared, _not_here, _not_here)
+        return
     mode = _broker_mode()
     reason = None
     if mode != "jar":

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from tests.support import CLI, PROGRESS, Started
+from pipelines import jars
+from pipelines.devtools.ports import free_ports
+from tests.support import CLI, PROGRESS, ROOT, Started
 
 
 class RunningJob(Started):
@@ -69,3 +78,55 @@ class RunningJob(Started):
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.end()
+
+
+# A fresh copy of the project (what a team that copies the template has), run with this
+# venv: nothing a test does in it leaks into the working tree.
+SKIP = shutil.ignore_patterns(
+    ".git", ".venv", ".local", "dist", "__pycache__", "lib", "build", ".pytest_cache", "*.egg-info"
+)
+
+
+def fresh_copy(tmp_path, kafka: str | None = None):
+    """The copy and the environment to run it with; its own tests share the broker at
+    `kafka` (PIPELINES_TEST_KAFKA) instead of starting one of their own."""
+    copy = tmp_path / "project"
+    shutil.copytree(ROOT, copy, ignore=SKIP)
+    env = {**os.environ, "PIPELINES_JAR_LIB": str(jars.LIB_DIR)}
+    env["PYTHONPATH"] = str(copy)
+    if kafka:
+        env["PIPELINES_TEST_KAFKA"] = kafka
+    return copy, env
+
+
+def cli(copy, env, *args, timeout=60):
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@contextmanager
+def another_cluster(state: Path, cwd: Path, env: dict[str, str]) -> Iterator[str]:
+    """A standalone cluster besides the local one: its own state dir (under .local, so that
+    `make clean` stops it too if a run is killed first), free ports, started from `cwd` with
+    `env`; yields its JobManager's address and stops it."""
+    rest, rpc = free_ports(), free_ports()
+    env = {**env, "PIPELINES_FLINK_DIR": str(state), "PIPELINES_FLINK_REST_PORT": str(rest),
+           "PIPELINES_FLINK_RPC_PORT": str(rpc)}  # fmt: skip
+
+    def cluster(action: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*CLI, "cluster", action], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=180)  # fmt: skip
+
+    up = cluster("up")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield f"127.0.0.1:{rest}"
+    finally:
+        down = cluster("down")
+        assert down.returncode == 0, down.stdout + down.stderr

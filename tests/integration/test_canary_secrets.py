@@ -16,8 +16,6 @@ Allowed: the secret files themselves, the converted stores (0600, in a 0700 dire
 
 from __future__ import annotations
 
-import base64
-import binascii
 import gzip
 import io
 import json
@@ -28,11 +26,7 @@ import shutil
 import stat
 import subprocess
 import tarfile
-import threading
 import time
-import urllib.request
-import zlib
-from pathlib import Path
 
 import pytest
 import yaml
@@ -42,11 +36,17 @@ from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics, produce, read_all
 from pipelines.paths import LOCAL_DIR, PROJECT_ROOT
 from tests.integration.helpers import RunningJob
+from tests.integration.secret_search import (
+    CANARY_DIR,
+    Sampler,
+    decoded,
+    hits,
+    rest_configs,
+)
 from tests.support import job_env, run_cli
 
 pytestmark = pytest.mark.integration
 
-CANARY_DIR = Path(__file__).resolve().parent / "canary"
 USER = "canary"
 
 
@@ -59,34 +59,6 @@ class Canaries:
 
     def all(self) -> dict[str, bytes]:
         return {name: value.encode() for name, value in vars(self).items()}
-
-
-class Sampler(threading.Thread):
-    """Reads the command line of every process on the machine, over and over, while the
-    commands run; keeps each that holds a canary."""
-
-    def __init__(self, canaries: Canaries):
-        super().__init__(daemon=True)
-        self.canaries = canaries.all()
-        self.found: dict[str, str] = {}
-        self.rounds = 0
-        self.stopping = threading.Event()
-
-    def run(self):
-        while not self.stopping.is_set():
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                        line = f.read()
-                except OSError:
-                    continue
-                for name, value in self.canaries.items():
-                    if value in line:
-                        self.found[name] = line.replace(b"\0", b" ").decode(errors="replace")
-            self.rounds += 1
-            self.stopping.wait(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +112,7 @@ def canary(tmp_path_factory, flink_cluster):
         }
     )
     env["PYTHONPATH"] = f"{CANARY_DIR}:{env['PYTHONPATH']}"
-    sampler = Sampler(values)
+    sampler = Sampler(values.all())
     sampler.start()
     started = time.time()
     try:
@@ -156,8 +128,7 @@ def canary(tmp_path_factory, flink_cluster):
             "root": root,
         }
     finally:
-        sampler.stopping.set()
-        sampler.join(5)
+        sampler.stop()
         broker.down()
 
 
@@ -191,30 +162,6 @@ def _cli(canary, *args, **kw):
     return run_cli(*args, env=canary["env"], timeout=kw.pop("timeout", 400), **kw)
 
 
-def _hits(data: bytes, canaries: dict[str, bytes]) -> list[str]:
-    return [name for name, value in canaries.items() if value in data]
-
-
-def _rest(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read()
-
-
-def _rest_configs(base: str, job_id: str | None) -> dict[str, bytes]:
-    """The REST endpoints that show configuration: the JobManager's, its environment, each
-    TaskManager's, and the job's (its global job parameters)."""
-    bodies = {
-        path: _rest(base + path)
-        for path in ("/config", "/jobmanager/config", "/jobmanager/environment")
-    }
-    for tm in json.loads(_rest(base + "/taskmanagers")).get("taskmanagers", []):
-        bodies[f"/taskmanagers/{tm['id']}"] = _rest(f"{base}/taskmanagers/{tm['id']}")
-    if job_id:
-        for path in (f"/jobs/{job_id}/config", f"/jobs/{job_id}/plan", f"/jobs/{job_id}"):
-            bodies[path] = _rest(base + path)
-    return bodies
-
-
 def test_every_command_keeps_the_canaries_where_they_belong(
     canary, names, enrichment_service, flink_cluster
 ):
@@ -226,7 +173,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
         kind = "files" if where.startswith("/") else where.split(" (")[0].split(":")[0]
         kind = kind.split("/")[0].split(" sha256")[0].strip()
         looked[kind] = looked.get(kind, 0) + 1
-        for name in _hits(data, values.all()):
+        for name in hits(data, values.all()):
             found.append(f"{name} in {where}")
 
     conf = _client_conf(canary)
@@ -278,7 +225,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
         runs = [json.loads(p.read_text()) for p in (LOCAL_DIR / "runs").glob("*.json")]
         urls = [r["url"] for r in runs if r.get("prefix") == names("etx")]
         assert urls, runs
-        for path, body in _rest_configs(urls[-1], None).items():
+        for path, body in rest_configs(urls[-1], None).items():
             look(f"local run REST {path}", body)
     finally:
         assert job.interrupt() == 0, job.output
@@ -304,7 +251,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
     )
     job_id = re.search(r"as ([0-9a-f]{32})", submitted.stdout).group(1)
     try:
-        for path, body in _rest_configs(flink_cluster.url, job_id).items():
+        for path, body in rest_configs(flink_cluster.url, job_id).items():
             look(f"standalone cluster REST {path}", body)
     finally:
         _cli(canary, "jobs", "cancel", job_id, "--jobmanager", flink_cluster.url[7:], check=False)
@@ -361,7 +308,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
             if path.parent == canary["broker"].tls.dir and path.suffix == ".password":
                 continue  # the broker's own secret files
             data = path.read_bytes()
-            if _hits(data, values.all()) and path.is_relative_to(converted):
+            if hits(data, values.all()) and path.is_relative_to(converted):
                 assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
                 continue
             look(str(path), data)
@@ -370,22 +317,10 @@ def test_every_command_keeps_the_canaries_where_they_belong(
     pickled = list(canary["pickles"].iterdir())
     assert len(pickled) >= 5, "no pickled functions were recorded"
     for path in pickled:
-        look(f"a pickled function ({path.name})", _decoded(path.read_bytes()))
+        look(f"a pickled function ({path.name})", decoded(path.read_bytes()))
 
     print(f"[canary] command-line samples: {sampler.rounds} rounds; looked at: {looked}")
     assert not found, "\n".join(found)
-
-
-def _decoded(data: bytes) -> bytes:
-    """Beam's pickler hands out base64 of zlib of the pickle: undo both when they apply."""
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        return data
-    try:
-        return data + zlib.decompress(raw)
-    except zlib.error:
-        return data + raw
 
 
 def _image_layers(image: str):

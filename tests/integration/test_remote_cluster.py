@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import urllib.request
 
@@ -17,7 +16,8 @@ from pipelines.devtools.ports import free_ports
 from pipelines.devtools.topics import create_topics, produce, read_all
 from pipelines.flink_run import flink_home
 from pipelines.paths import local_state
-from tests.support import CLI, Started, assert_dead_letters_are, job_env, run_cli, topic_args
+from tests.integration.helpers import another_cluster
+from tests.support import Started, assert_dead_letters_are, job_env, run_cli, topic_args
 
 pytestmark = pytest.mark.cluster
 
@@ -27,28 +27,8 @@ STATE = local_state("flink-second")
 
 @pytest.fixture(scope="module")
 def second_cluster(tmp_path_factory, kafka):
-    elsewhere = tmp_path_factory.mktemp("elsewhere")
-    rest, rpc = free_ports(), free_ports()
-    env = job_env(
-        {
-            "PIPELINES_FLINK_DIR": str(STATE),
-            "PIPELINES_FLINK_REST_PORT": str(rest),
-            "PIPELINES_FLINK_RPC_PORT": str(rpc),
-        }
-    )
-
-    def cli(action):
-        return subprocess.run(
-            [*CLI, "cluster", action], cwd=elsewhere, env=env, capture_output=True, text=True
-        )
-
-    up = cli("up")
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        yield f"127.0.0.1:{rest}"
-    finally:
-        down = cli("down")
-        assert down.returncode == 0, down.stdout + down.stderr
+    with another_cluster(STATE, tmp_path_factory.mktemp("elsewhere"), job_env()) as address:
+        yield address
 
 
 def _jobs_at(jobmanager: str) -> dict[str, dict]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.scaffolding import PLACEHOLDER, SCAFFOLD, new_job
+from pipelines.scaffolding import PLACEHOLDER, SCAFFOLD, new_job, with_section_example
 from pipelines.settings import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -64,11 +64,14 @@ def test_new_job_owns_its_topics_group_and_prefix(project, template):
     assert conf["sink"]["topic"] == "orders-out"
     assert conf["sink"]["transactional_id_prefix"] == "orders"
     assert conf["sink"]["dead_letter_topic"] == "orders-dead-letters"
-    # A job's name is its module's: the copy is the template's source, unchanged.
-    assert (
-        created.module.read_bytes()
-        == (project / "pipelines" / "jobs" / f"{template}.py").read_bytes()
+    # A job's name is its module's: the copy is the template's source, unchanged but for
+    # the commented example of a job's own settings above its first function.
+    source = (project / "pipelines" / "jobs" / f"{template}.py").read_text()
+    example = (project / SCAFFOLD / "section_example.py").read_text()
+    assert created.module.read_text() == with_section_example(
+        source, example.replace(PLACEHOLDER, "orders")
     )
+    assert created.module.read_text().replace(commented_example(), "") == source
     compile(created.module.read_text(), str(created.module), "exec")
     compile(created.test.read_text(), str(created.test), "exec")
     # Both tests: a scaffold file with only the job's name changed.
@@ -78,6 +81,41 @@ def test_new_job_owns_its_topics_group_and_prefix(project, template):
         assert PLACEHOLDER in scaffold
         assert made.read_text() == scaffold.replace(PLACEHOLDER, "orders")
     assert 'JOB = "orders"' in created.logic_test.read_text()
+
+
+def commented_example() -> str:
+    example = (ROOT / SCAFFOLD / "section_example.py").read_text().replace(PLACEHOLDER, "orders")
+    return with_section_example("\ndef f(): pass\n", example).split("\ndef f")[0][1:] + "\n"
+
+
+def uncommented(text: str, first: str) -> str:
+    """`text` with the commented block that starts at the line `first` uncommented."""
+    lines, out, inside = text.splitlines(keepends=True), [], False
+    for line in lines:
+        inside = inside or line.startswith(first)
+        if inside and not line.startswith("#"):
+            inside = False
+        out.append(line[2:] if inside and line.startswith("# ") else
+                   line[1:] if inside and line == "#\n" else line)  # fmt: skip
+    return "".join(out)
+
+
+def test_the_commented_example_of_a_jobs_own_settings_works_once_uncommented(project, monkeypatch):
+    import types
+
+    from pipelines.settings import load_settings
+
+    created = new_job("orders", "enrich", project)
+    module = types.ModuleType("pipelines.jobs.orders")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # as an import would
+    exec(uncommented(created.module.read_text(), "# from pathlib import Path"), module.__dict__)
+    created.config.write_text(uncommented(created.config.read_text(), "# pricing:"))
+    monkeypatch.setenv("PRICING_TOKEN", "t0ken-from-env")
+    loaded = load_settings(
+        "orders", conf_dir=project / "conf", environ={}, sections=module.SECTIONS
+    )
+    pricing = module.Pricing.of(loaded.settings)
+    assert (str(pricing.table), pricing.api_token) == ("conf/prices.csv", "t0ken-from-env")
 
 
 def test_cli_error_is_one_line(project):

@@ -1,0 +1,84 @@
+"""Looking for a secret where it must not be: the command lines of every process on the
+machine (sampled while commands run), a Flink REST API's configuration endpoints, and the
+functions PyFlink and Beam pickled into a job graph (recorded by canary/sitecustomize.py
+when CANARY_DIR is first on a process's PYTHONPATH and CANARY_PICKLES names a directory)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import threading
+import urllib.request
+import zlib
+from pathlib import Path
+
+CANARY_DIR = Path(__file__).resolve().parent / "canary"
+
+
+def hits(data: bytes, secrets: dict[str, bytes]) -> list[str]:
+    return [name for name, value in secrets.items() if value in data]
+
+
+class Sampler(threading.Thread):
+    """Reads the command line of every process on the machine, over and over, while the
+    commands run; keeps each that holds a secret (name -> value bytes)."""
+
+    def __init__(self, secrets: dict[str, bytes]):
+        super().__init__(daemon=True)
+        self.secrets = secrets
+        self.found: dict[str, str] = {}
+        self.rounds = 0
+        self.stopping = threading.Event()
+
+    def run(self):
+        while not self.stopping.is_set():
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                        line = f.read()
+                except OSError:
+                    continue
+                for name in hits(line, self.secrets):
+                    self.found[name] = line.replace(b"\0", b" ").decode(errors="replace")
+            self.rounds += 1
+            self.stopping.wait(0.05)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(5)
+
+
+def rest(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read()
+
+
+def rest_configs(base: str, job_id: str | None) -> dict[str, bytes]:
+    """The REST endpoints that show configuration: the JobManager's, its environment, each
+    TaskManager's, and the job's (its global job parameters)."""
+    bodies = {
+        path: rest(base + path)
+        for path in ("/config", "/jobmanager/config", "/jobmanager/environment")
+    }
+    for tm in json.loads(rest(base + "/taskmanagers")).get("taskmanagers", []):
+        bodies[f"/taskmanagers/{tm['id']}"] = rest(f"{base}/taskmanagers/{tm['id']}")
+    if job_id:
+        for path in (f"/jobs/{job_id}/config", f"/jobs/{job_id}/plan", f"/jobs/{job_id}"):
+            bodies[path] = rest(base + path)
+    return bodies
+
+
+def decoded(data: bytes) -> bytes:
+    """Beam's pickler hands out base64 of zlib of the pickle: undo both when they apply."""
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return data
+    try:
+        return data + zlib.decompress(raw)
+    except zlib.error:
+        return data + raw

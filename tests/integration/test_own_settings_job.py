@@ -1,0 +1,277 @@
+"""A job a team owns, as a team makes it: `pipelines new orders --from enrich` in a fresh
+copy of the project, its client replaced by one of its own that reads two settings of the
+job's own section (a table file and a token from `${env:}`), as docs/make-it-yours.md says.
+
+Then: the generated tests survive the swap (the logic test as it is, the smoke test once its
+one marked place is changed, after failing with a message that names that place); the job
+runs on Kafka (exact read_committed read-back), through pipelines.testing with the real
+client, and as a package through SUBMIT.sh on a standalone cluster whose TaskManagers have
+the token in their environment, as a deployment gives it. The token is looked for
+everywhere it must not be: command lines, every command's output, the package, the
+cluster's REST configuration and logs, the copy's local state, and each pickled function
+(which carries the reference `${env:PRICING_TOKEN}` instead)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import secrets
+import sys
+import urllib.request
+
+import pytest
+import yaml
+
+from pipelines.devtools.demo import COMPANIES, demo_values
+from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines.flink_run import flink_home
+from pipelines.paths import local_state
+from tests.integration.helpers import another_cluster, fresh_copy
+from tests.integration.secret_search import CANARY_DIR, Sampler, decoded, hits, rest_configs
+from tests.support import CLI, Started, topic_args
+
+pytestmark = pytest.mark.cluster
+
+TOKEN = f"canaryPRICING{secrets.token_hex(6)}"  # unique to this run
+TOKEN_SHA = hashlib.sha256(TOKEN.encode()).hexdigest()[:16]
+PRICES = {"acme": 10, "globex": 20, "initech": 30, "umbrella": 40}  # the rest are refused
+STATE = local_state("flink-own-settings")  # under .local: `make clean` stops it too
+
+CLIENT = '''
+"""Prices from a table file, behind a token: a lookup client with settings of its job's own."""
+
+import csv
+import hashlib
+
+from pipelines.lookups import PermanentLookupError
+
+
+class PriceTable:
+    def __init__(self, table, token: str):
+        with open(table, newline="") as f:
+            self.prices = {row["company"]: int(row["price"]) for row in csv.DictReader(f)}
+        # What the answer carries to show which token the worker had: its hash, never it.
+        self.token_sha256 = hashlib.sha256(token.encode()).hexdigest()[:16]
+
+    async def lookup(self, record: dict) -> dict:
+        try:
+            price = self.prices[record["company"]]
+        except KeyError:
+            raise PermanentLookupError(f"no price for {record['company']!r}") from None
+        return {"price": price, "token_sha256": self.token_sha256}
+
+    async def close(self) -> None:
+        pass
+'''
+
+MODEL = """
+from pathlib import Path
+from typing import ClassVar
+
+from pipelines.settings import JobSection
+
+
+class Pricing(JobSection):
+    section: ClassVar[str] = "pricing"
+    table: Path
+    api_token: str
+
+
+SECTIONS = (Pricing,)
+
+"""
+
+PLUG = "    return DemoHttpClient.from_settings(settings)\n"
+OWN_PLUG = (
+    "    from pipelines.lookups.prices import PriceTable\n\n"
+    "    pricing = Pricing.of(settings)\n"
+    "    return PriceTable(pricing.table, pricing.api_token)\n"
+)
+
+REAL_CLIENT_TEST = f'''
+"""The job with its real client, through pipelines.testing."""
+
+import pytest
+
+from pipelines import testing
+
+pytestmark = pytest.mark.unit
+
+
+def test_prices_come_from_the_table_with_the_workers_token():
+    out = testing.run("orders", [{{"id": 1, "company": "acme"}}, {{"id": 2, "company": "hooli"}}])
+    assert [(r["id"], r["enrichment"]) for r in out.records] == [
+        (1, {{"price": 10, "token_sha256": "{TOKEN_SHA}"}})
+    ]
+    assert [d["error"] for d in out.dead_letters] == [
+        "enrichment refused the record: no price for 'hooli'"
+    ]
+'''
+
+
+@pytest.fixture(scope="module")
+def token_cluster(tmp_path_factory, kafka):
+    """A standalone cluster whose daemons have PRICING_TOKEN in their environment (where a
+    deployment puts a job's secret: a Kubernetes secret as an env var), and nothing of this
+    checkout on their PYTHONPATH (the package ships the sources the workers import)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PRICING_TOKEN"] = TOKEN
+    with another_cluster(STATE, tmp_path_factory.mktemp("elsewhere"), env) as address:
+        yield address
+
+
+def _pytest(copy, env, *files: str) -> Started:
+    run = Started([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+                  env=env, cwd=copy)  # fmt: skip
+    run.wait(600)
+    return run
+
+
+def _expected(values: list[bytes]) -> tuple[dict, list[int]]:
+    """id -> enrichment for the priced records, and the ids the client refuses."""
+    good = [json.loads(v) for v in values if v.startswith(b'{"id"')]
+    priced = {r["id"]: {"price": PRICES[r["company"]], "token_sha256": TOKEN_SHA}
+              for r in good if r["company"] in PRICES}  # fmt: skip
+    return priced, sorted(r["id"] for r in good if r["company"] not in PRICES)
+
+
+def _assert_exact(kafka, out_topic: str, dlq_topic: str, values: list[bytes]) -> None:
+    priced, refused = _expected(values)
+    out = [json.loads(v) for v in read_all(kafka, out_topic)]
+    assert len(out) == len(priced), "a record written twice, or one missing"
+    assert {r["id"]: r["enrichment"] for r in out} == priced
+    dead = [json.loads(v) for v in read_all(kafka, dlq_topic)]
+    by_stage = {stage: [d for d in dead if d["stage"] == stage] for stage in ("parse", "enrich")}
+    assert sorted(json.loads(base64.b64decode(d["value_b64"]))["id"]
+                  for d in by_stage["enrich"]) == refused  # fmt: skip
+    assert {d["error"] for d in by_stage["enrich"]} == {
+        f"enrichment refused the record: no price for {c!r}" for c in COMPANIES if c not in PRICES
+    }
+    assert len(by_stage["parse"]) == len(values) - len(priced) - len(refused)
+    assert len(dead) == len(by_stage["parse"]) + len(by_stage["enrich"])
+
+
+def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, tmp_path):
+    copy, env = fresh_copy(tmp_path, kafka)
+    pickles = tmp_path / "pickles"
+    pickles.mkdir()
+    env.update(PRICING_TOKEN=TOKEN, CANARY_PICKLES=str(pickles),
+               PYTHONPATH=f"{CANARY_DIR}:{copy}")  # fmt: skip
+    sampler = Sampler({"token": TOKEN.encode()})
+    sampler.start()
+    outputs: dict[str, str] = {}
+    try:
+        made = Started([*CLI, "new", "orders", "--from", "enrich"], env=env, cwd=copy)
+        assert made.wait(60) == 0, made.output
+        # The team's client and settings, as docs/make-it-yours.md says.
+        (copy / "pipelines" / "lookups" / "prices.py").write_text(CLIENT)
+        table = copy / "conf" / "prices.csv"
+        table.write_text("company,price\n" + "".join(f"{c},{p}\n" for c, p in PRICES.items()))
+        module_path = copy / "pipelines" / "jobs" / "orders.py"
+        module = module_path.read_text()
+        assert "# SECTIONS = (Pricing,)" in module  # the commented example `new` wrote
+        assert module.count(PLUG) == 1
+        at = module.index("\ndef lookup_client")
+        module_path.write_text(module[:at] + MODEL + module[at:].replace(PLUG, OWN_PLUG))
+        conf_path = copy / "conf" / "base" / "orders.yaml"
+        conf_text = conf_path.read_text()
+        assert "# pricing:\n#   table: conf/prices.csv\n" in conf_text
+        conf_path.write_text(conf_text + yaml.safe_dump(
+            {"pricing": {"table": str(table), "api_token": "${env:PRICING_TOKEN}"}}
+        ))  # fmt: skip
+
+        # The generated tests after the swap: the smoke test names its one place to change...
+        logic, smoke = "tests/unit/test_job_orders_logic.py", "tests/integration/test_job_orders.py"
+        failed = _pytest(copy, env, smoke)
+        outputs["smoke test before its change"] = failed.output
+        assert failed.proc.returncode == 1, failed.output[-3000:]
+        assert (
+            "the job's lookup_client returns a PriceTable now, and this test still starts the "
+            "demo service: change `service` in tests/integration/test_job_orders.py"
+        ) in failed.output
+        # ...and passes once that place is changed; the logic test passes as generated.
+        smoke_path = copy / smoke
+        text = smoke_path.read_text()
+        body = re.search(r"    client = jobs\.lookup_client.*?\n    return \[f\"enrich.*?\]\n",
+                         text, re.S)  # fmt: skip
+        assert body, text
+        smoke_path.write_text(text.replace(body.group(0), "    return []  # needs no service\n"))
+        (copy / "tests" / "unit" / "test_orders_prices.py").write_text(REAL_CLIENT_TEST)
+        passed = _pytest(copy, env, logic, smoke, "tests/unit/test_orders_prices.py")
+        outputs["the generated tests"] = passed.output
+        assert passed.proc.returncode == 0, passed.output[-3000:]
+        assert "4 passed" in passed.output
+
+        # On Kafka with `pipelines run`: exact, read with read_committed.
+        values = demo_values(240, bad_every=40)
+        create_topics(kafka, {names(t): 2 for t in ("in", "out", "dlq", "out2", "dlq2")})
+        produce(kafka, names("in"), values)
+        sets = [*topic_args(kafka, names, dead_letters=True),
+                "--set", "source.bounded=true", "--set", "checkpoint.interval=1s"]  # fmt: skip
+        ran = Started([*CLI, "run", "orders", *sets], env=env, cwd=copy)
+        assert ran.wait(300) == 0, ran.output[-3000:]
+        outputs["pipelines run"] = ran.output
+        _assert_exact(kafka, names("out"), names("dlq"), values)
+
+        # As a package, through SUBMIT.sh, on the cluster: its own topics, group and prefix.
+        package = tmp_path / "orders-package"
+        sets2 = [
+            *topic_args(kafka, names, out="out2", tx_suffix="-2", dead_letters=True),
+            "--set", f"source.group_id={names('group')}-2",
+            "--set", f"sink.dead_letter_topic={names('dlq2')}",
+            "--set", "source.bounded=true", "--set", "checkpoint.interval=1s",
+        ]  # fmt: skip
+        packaged = Started([*CLI, "package", "orders", *sets2, "--out", str(package)],
+                           env=env, cwd=copy)  # fmt: skip
+        assert packaged.wait(120) == 0, packaged.output
+        outputs["pipelines package"] = packaged.output
+        shipped = yaml.safe_load((package / "conf" / "base" / "orders.yaml").read_text())
+        assert shipped["pricing"] == {"table": str(table), "api_token": "${env:PRICING_TOKEN}"}
+        assert (
+            "- environment variable PRICING_TOKEN: pricing.api_token (set where SUBMIT.sh runs "
+            "and on every TaskManager)\n"
+        ) in (package / "README.md").read_text()
+        submit = Started(
+            [str(package / "SUBMIT.sh"), "--skip-preflight"],
+            env={
+                "PYTHONPATH": str(CANARY_DIR),
+                "CANARY_PICKLES": str(pickles),
+                "JOBMANAGER": token_cluster,
+                "FLINK_HOME": str(flink_home()),
+                "PYTHON": sys.executable,
+                "PRICING_TOKEN": TOKEN,
+            },  # fmt: skip
+            cwd=tmp_path,
+        )
+        assert submit.wait(300) == 0, submit.output[-3000:]
+        outputs["SUBMIT.sh"] = submit.output
+        job_id = re.search(r"Job has been submitted with JobID (\w+)", submit.output).group(1)
+        _assert_exact(kafka, names("out2"), names("dlq2"), values)
+    finally:
+        sampler.stop()
+
+    # Where the token must not be.
+    found: list[str] = [f"on a command line: {line[:300]}" for line in sampler.found.values()]
+    secret = {"token": TOKEN.encode()}
+    for what, text in outputs.items():
+        found += [f"in the output of {what}" for _ in hits(text.encode(), secret)]
+    for root, label in ((package, "the package"), (copy / ".local", "the copy's local state"),
+                        (STATE / "log", "the cluster's logs")):  # fmt: skip
+        for path in (p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            found += [f"in {label}: {path}" for _ in hits(path.read_bytes(), secret)]
+    base = f"http://{token_cluster}"
+    for path, body in rest_configs(base, job_id).items():
+        found += [f"in the cluster's REST {path}" for _ in hits(body, secret)]
+    carried = [decoded(p.read_bytes()) for p in pickles.iterdir()]
+    assert carried, "no pickled functions were recorded"
+    found += [f"in a pickled function ({i})" for i, data in enumerate(carried) if TOKEN.encode()
+              in data]  # fmt: skip
+    assert any(b"${env:PRICING_TOKEN}" in data for data in carried), "the reference is not carried"
+    print(f"[own settings] command-line samples: {sampler.rounds}; pickles: {len(carried)}")
+    assert sampler.rounds > 50, "the command lines were hardly sampled"
+    assert not found, "\n".join(found)
+    with urllib.request.urlopen(f"{base}/jobs/{job_id}", timeout=10) as response:
+        assert json.load(response)["state"] == "FINISHED"
