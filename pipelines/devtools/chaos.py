@@ -199,10 +199,93 @@ class Context:
         return self.topology.container
 
 
+# A fault the engine refuses at once is common on a busy machine: runc's cgroup freezer
+# gives up ("unable to freeze") while a process of the container is in uninterruptible
+# I/O, as a broker is just after a restart, and a container still starting cannot be
+# killed yet. Each docker action of a fault is applied again within this bound; a freeze
+# past it is applied by SIGSTOP of every process of the container, a freeze as real.
+FAULT_RETRY_S = 20.0
+
+
+def retried(attempt: Callable[[], object], bound_s: float, pause_s: float = 1.0) -> list[str]:
+    """Calls `attempt` until it returns, for at most `bound_s`; the errors of the failed
+    calls, in order (empty when the first succeeded). The last error is raised when the
+    bound passes."""
+    errors: list[str] = []
+    deadline = time.monotonic() + bound_s
+    while True:
+        try:
+            attempt()
+            return errors
+        except DockerError as exc:
+            errors.append(str(exc))
+            if time.monotonic() + pause_s > deadline:
+                raise
+            time.sleep(pause_s)
+
+
+def applied(ctx: Context, what: str, attempt: Callable[[], object]) -> None:
+    """`attempt` (one docker action of a fault) within FAULT_RETRY_S; the trial's notes
+    say when it was refused first, and a ChaosError names the reason when it never took."""
+    try:
+        refused = retried(attempt, FAULT_RETRY_S)
+    except DockerError as exc:
+        raise ChaosError(f"could not {what} within {FAULT_RETRY_S:.0f} s: {exc}") from None
+    if refused:
+        ctx.note(f"{what}: applied after {len(refused)} refused ({refused[-1]})")
+
+
+def container_pids(name: str) -> list[int]:
+    """Host pids of every process in container `name` (`docker top` reads its cgroup)."""
+    out = docker("top", name, "-eo", "pid")
+    return [int(line) for line in out.splitlines()[1:] if line.strip().isdigit()]
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass  # ended since it was listed
+
+
+@contextlib.contextmanager
+def frozen(ctx: Context, role: str, seconds: float, retry_s: float = FAULT_RETRY_S):
+    """`role`'s container frozen for the body: `docker pause` (again within `retry_s` when
+    the runtime refuses; a negative `retry_s` skips it), else SIGSTOP of its processes. The
+    note says which; thawed the same way on every exit. A freeze neither way can apply is a
+    ChaosError naming both reasons, never a finding about the data."""
+    name = ctx.container(role)
+    pids: list[int] = []
+    try:
+        if retry_s < 0:
+            raise DockerError("skipped: the signal path was asked for")
+        refused = retried(lambda: docker("pause", name), retry_s)
+        how = "docker pause" + (f", after {len(refused)} refused: {refused[-1]}" if refused else "")
+    except DockerError as paused:
+        try:
+            pids = container_pids(name)
+            if not pids:
+                raise DockerError(f"`docker top {name}` lists no process")
+            signal_all(pids, signal.SIGSTOP)
+        except (DockerError, OSError) as stopped:
+            raise ChaosError(f"{role} could not be frozen: {paused}; SIGSTOP: {stopped}") from None
+        how = f"SIGSTOP of its {len(pids)} processes (docker pause refused: {paused})"
+    ctx.note(f"{role} paused for {seconds:.0f} s by {how}")
+    try:
+        yield
+    finally:
+        if pids:
+            signal_all(pids, signal.SIGCONT)
+        else:
+            retried(lambda: docker("unpause", name), FAULT_RETRY_S)
+        ctx.note(f"{role} unpaused")
+
+
 def _restart(ctx: Context, role: str, signal: str = "KILL") -> None:
-    docker("kill", "--signal", signal, ctx.container(role))
+    applied(ctx, f"kill {role}", lambda: docker("kill", "--signal", signal, ctx.container(role)))
     ctx.note(f"{role} killed ({signal})")
-    docker("start", ctx.container(role))
+    applied(ctx, f"start {role}", lambda: docker("start", ctx.container(role)))
     ctx.note(f"{role} started again")
 
 
@@ -241,10 +324,12 @@ def taskmanager_kill(ctx: Context) -> None:
 def taskmanager_partition(ctx: Context, seconds: float = 30) -> None:
     role = ctx.rng.choice(["taskmanager-1", "taskmanager-2"])
     net = ctx.topology.name
-    docker("network", "disconnect", "--force", net, ctx.container(role))
+    applied(ctx, f"cut {role} off",
+            lambda: docker("network", "disconnect", "--force", net, ctx.container(role)))  # fmt: skip
     ctx.note(f"{role} cut off from the network for {seconds:.0f} s")
     time.sleep(seconds)  # the fault's own length
-    docker("network", "connect", "--alias", role, net, ctx.container(role))
+    applied(ctx, f"reconnect {role}",
+            lambda: docker("network", "connect", "--alias", role, net, ctx.container(role)))  # fmt: skip
     ctx.note(f"{role} reconnected")
     _wait_taskmanagers(ctx)
 
@@ -295,77 +380,6 @@ def coordinator_kill(ctx: Context) -> None:
     _wait_brokers(ctx)
 
 
-# A freeze the runtime refuses at once is common on a busy machine: runc's cgroup freezer
-# gives up ("unable to freeze") while a process of the container is in uninterruptible
-# I/O, as a broker is just after a restart. The fault is then applied again within a
-# bound, and past it by SIGSTOP of every process of the container, a freeze as real.
-PAUSE_RETRY_S = 20.0
-
-
-def retried(attempt: Callable[[], object], bound_s: float, pause_s: float = 1.0) -> list[str]:
-    """Calls `attempt` until it returns, for at most `bound_s`; the errors of the failed
-    calls, in order (empty when the first succeeded). The last error is raised when the
-    bound passes."""
-    errors: list[str] = []
-    deadline = time.monotonic() + bound_s
-    while True:
-        try:
-            attempt()
-            return errors
-        except DockerError as exc:
-            errors.append(str(exc))
-            if time.monotonic() + pause_s > deadline:
-                raise
-            time.sleep(pause_s)
-
-
-def container_pids(name: str) -> list[int]:
-    """Host pids of every process in container `name` (`docker top` reads its cgroup)."""
-    out = docker("top", name, "-eo", "pid")
-    return [int(line) for line in out.splitlines()[1:] if line.strip().isdigit()]
-
-
-def signal_all(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass  # ended since it was listed
-
-
-@contextlib.contextmanager
-def frozen(ctx: Context, role: str, seconds: float, retry_s: float = PAUSE_RETRY_S):
-    """`role`'s container frozen for the body: `docker pause` (again within `retry_s` when
-    the runtime refuses; a negative `retry_s` skips it), else SIGSTOP of its processes. The
-    note says which; thawed the same way on every exit. A freeze neither way can apply is a
-    ChaosError naming both reasons, never a finding about the data."""
-    name = ctx.container(role)
-    pids: list[int] = []
-    try:
-        if retry_s < 0:
-            raise DockerError("skipped: the signal path was asked for")
-        refused = retried(lambda: docker("pause", name), retry_s)
-        how = "docker pause" + (f", after {len(refused)} refused: {refused[-1]}" if refused else "")
-    except DockerError as paused:
-        try:
-            pids = container_pids(name)
-            if not pids:
-                raise DockerError(f"`docker top {name}` lists no process")
-            signal_all(pids, signal.SIGSTOP)
-        except (DockerError, OSError) as stopped:
-            raise ChaosError(f"{role} could not be frozen: {paused}; SIGSTOP: {stopped}") from None
-        how = f"SIGSTOP of its {len(pids)} processes (docker pause refused: {paused})"
-    ctx.note(f"{role} paused for {seconds:.0f} s by {how}")
-    try:
-        yield
-    finally:
-        if pids:
-            signal_all(pids, signal.SIGCONT)
-        else:
-            retried(lambda: docker("unpause", name), PAUSE_RETRY_S)
-        ctx.note(f"{role} unpaused")
-
-
 def broker_pause(ctx: Context, seconds: float = 20) -> None:
     role = _leader_of(ctx, ctx.names["out"], ctx.rng.randrange(PARTITIONS))
     with frozen(ctx, role, seconds):
@@ -378,7 +392,7 @@ def rolling_restart(ctx: Context) -> None:
         role = f"kafka-{i}"
         docker("stop", "-t", "60", ctx.container(role), timeout=120)
         ctx.note(f"{role} stopped (SIGTERM)")
-        docker("start", ctx.container(role))
+        applied(ctx, f"start {role}", lambda: docker("start", ctx.container(role)))
         ctx.note(f"{role} started")
         _wait_brokers(ctx)
 

@@ -74,3 +74,22 @@ def test_the_signal_freeze_stops_and_resumes_real_processes():
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_refused_docker_action_of_a_fault_is_noted_or_fails_naming_why(monkeypatch):
+    import random
+
+    from pipelines.devtools import chaos
+
+    ctx = chaos.Context(None, "passthrough", "", {}, [], random.Random(0))  # type: ignore[arg-type]
+    monkeypatch.setattr(chaos, "FAULT_RETRY_S", 5.0)
+    monkeypatch.setattr(chaos.time, "sleep", lambda s: None)
+    attempt, _ = refusing(1)
+    chaos.applied(ctx, "kill kafka-3", attempt)
+    assert ctx.log[-1].endswith(
+        "kill kafka-3: applied after 1 refused (`docker pause x` failed: unable to freeze (1))"
+    )
+    monkeypatch.setattr(chaos, "FAULT_RETRY_S", 0.0)
+    attempt, _ = refusing(10**6)
+    with pytest.raises(chaos.ChaosError, match=r"^could not start kafka-3 within 0 s: `docker"):
+        chaos.applied(ctx, "start kafka-3", attempt)
