@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gzip
+import io
 import json
 import os
+import subprocess
+import tarfile
 import threading
 import urllib.request
 import zlib
@@ -82,3 +86,30 @@ def decoded(data: bytes) -> bytes:
         return data + zlib.decompress(raw)
     except zlib.error:
         return data + raw
+
+
+def image_files(image: str):
+    """(name, content) of every file in `docker save`'s archive, layers unpacked."""
+    proc = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
+            for member in archive:
+                if not member.isfile():
+                    continue
+                data = archive.extractfile(member).read()
+                if data[:2] == b"\x1f\x8b":
+                    data = gzip.decompress(data)
+                if member.size > 1024 and is_tar(data):
+                    with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                        for inner in layer:
+                            if inner.isfile():
+                                yield f"{member.name}:{inner.name}", layer.extractfile(inner).read()
+                else:
+                    yield member.name, data
+    finally:
+        proc.stdout.close()
+        assert proc.wait(120) == 0
+
+
+def is_tar(data: bytes) -> bool:
+    return len(data) > 262 and data[257:262] == b"ustar"

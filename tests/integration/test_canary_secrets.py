@@ -16,8 +16,6 @@ Allowed: the secret files themselves, the converted stores (0600, in a 0700 dire
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import re
@@ -25,7 +23,6 @@ import secrets
 import shutil
 import stat
 import subprocess
-import tarfile
 import time
 
 import pytest
@@ -41,6 +38,7 @@ from tests.integration.secret_search import (
     Sampler,
     decoded,
     hits,
+    image_files,
     rest_configs,
 )
 from tests.support import job_env, run_cli
@@ -286,7 +284,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
     problem = docker_problem(timeout=10)
     if problem is None:
         _cli(canary, "docker", "build", "--deploy", timeout=1800)
-        for where, data in _image_layers(DEPLOY_IMAGE):
+        for where, data in image_files(DEPLOY_IMAGE):
             look(f"deploy image {where}", data)
     elif os.environ.get("PIPELINES_TEST_BROKER") == "container":
         pytest.fail(f"the deploy image cannot be checked: {problem}")
@@ -321,30 +319,3 @@ def test_every_command_keeps_the_canaries_where_they_belong(
 
     print(f"[canary] command-line samples: {sampler.rounds} rounds; looked at: {looked}")
     assert not found, "\n".join(found)
-
-
-def _image_layers(image: str):
-    """(name, content) of every file in `docker save`'s archive, layers unpacked."""
-    proc = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-            for member in archive:
-                if not member.isfile():
-                    continue
-                data = archive.extractfile(member).read()
-                if data[:2] == b"\x1f\x8b":
-                    data = gzip.decompress(data)
-                if member.size > 1024 and _is_tar(data):
-                    with tarfile.open(fileobj=io.BytesIO(data)) as layer:
-                        for inner in layer:
-                            if inner.isfile():
-                                yield f"{member.name}:{inner.name}", layer.extractfile(inner).read()
-                else:
-                    yield member.name, data
-    finally:
-        proc.stdout.close()
-        assert proc.wait(120) == 0
-
-
-def _is_tar(data: bytes) -> bool:
-    return len(data) > 262 and data[257:262] == b"ustar"

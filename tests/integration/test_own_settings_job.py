@@ -7,9 +7,10 @@ one marked place is changed, after failing with a message that names that place)
 runs on Kafka (exact read_committed read-back), through pipelines.testing with the real
 client, and as a package through SUBMIT.sh on a standalone cluster whose TaskManagers have
 the token in their environment, as a deployment gives it. The token is looked for
-everywhere it must not be: command lines, every command's output, the package, the
-cluster's REST configuration and logs, the copy's local state, and each pickled function
-(which carries the reference `${env:PRICING_TOKEN}` instead)."""
+everywhere it must not be, as the canary test looks for the project's own secrets:
+command lines, every command's output, the package and its deploy image (every layer),
+the cluster's REST configuration and logs, the copy's local state, and each pickled
+function (which carries the reference `${env:PRICING_TOKEN}` instead)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,14 @@ from pipelines.devtools.topics import create_topics, produce, read_all
 from pipelines.flink_run import flink_home
 from pipelines.paths import local_state
 from tests.integration.helpers import another_cluster, fresh_copy
-from tests.integration.secret_search import CANARY_DIR, Sampler, decoded, hits, rest_configs
+from tests.integration.secret_search import (
+    CANARY_DIR,
+    Sampler,
+    decoded,
+    hits,
+    image_files,
+    rest_configs,
+)
 from tests.support import CLI, Started, topic_args
 
 pytestmark = pytest.mark.cluster
@@ -183,6 +191,14 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, 
             {"pricing": {"table": str(table), "api_token": "${env:PRICING_TOKEN}"}}
         ))  # fmt: skip
 
+        shown = Started([*CLI, "config", "show", "orders"], env=env, cwd=copy)
+        assert shown.wait(60) == 0, shown.output
+        outputs["config show"] = shown.output
+        rows = {line.split()[0]: line for line in shown.lines if line.startswith("pricing.")}
+        assert rows["pricing.api_token"].split()[1] == "******"
+        assert rows["pricing.api_token"].endswith("# conf/base/orders.yaml -> env PRICING_TOKEN")
+        assert rows["pricing.table"].split()[1] == str(table)
+
         # The generated tests after the swap: the smoke test names its one place to change...
         logic, smoke = "tests/unit/test_job_orders_logic.py", "tests/integration/test_job_orders.py"
         failed = _pytest(copy, env, smoke)
@@ -265,6 +281,20 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, 
     base = f"http://{token_cluster}"
     for path, body in rest_configs(base, job_id).items():
         found += [f"in the cluster's REST {path}" for _ in hits(body, secret)]
+    # The package as a deploy image (deploy/Dockerfile), every layer.
+    from pipelines.devtools.containers import build_deploy_image, docker, docker_problem
+
+    problem = docker_problem(timeout=10)
+    if problem is None:
+        image = f"pipelines-test-orders:{secrets.token_hex(4)}"
+        try:
+            build_deploy_image(package, "orders", tag=image)
+            for where, data in image_files(image):
+                found += [f"in the deploy image: {where}" for _ in hits(data, secret)]
+        finally:
+            docker("rmi", "--force", image, check=False)
+    elif os.environ.get("PIPELINES_TEST_BROKER") == "container":
+        pytest.fail(f"the deploy image cannot be checked: {problem}")
     carried = [decoded(p.read_bytes()) for p in pickles.iterdir()]
     assert carried, "no pickled functions were recorded"
     found += [f"in a pickled function ({i})" for i, data in enumerate(carried) if TOKEN.encode()
