@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pipelines.loopback import preload_env
-from pipelines.paths import local_state
+from pipelines.paths import local_state, private_dir
 
 FLINK_VERSION = "2.2.1"
 
@@ -92,12 +92,6 @@ def quiet_environment_logs(path: Path) -> None:
     text = path.read_text() if path.exists() else ""
     if "logger.workerenv.name" not in text:
         path.write_text(text.rstrip("\n") + "\n" + QUIET_ENVIRONMENT_LOGS)
-
-
-def private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
-    return path
 
 
 def gateway_log_config() -> Path:

@@ -40,6 +40,14 @@ def local_state(*parts: str) -> Path:
     return LOCAL_DIR.joinpath(*parts)
 
 
+def private_dir(path: Path) -> Path:
+    """`path` made (with its parents) and readable by its owner only: a directory that may
+    hold a secret (converted stores, logs of processes whose environment holds one)."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
 def worker_log(job: str) -> Path:
     """Where a local run's Python worker output goes (see worker_output.WorkerOutput)."""
     return local_state("logs", f"{job}-python-worker.log")

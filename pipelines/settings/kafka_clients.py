@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.paths import local_state
+from pipelines.paths import local_state, private_dir
 from pipelines.settings.schema import (
     KafkaConnection,
     KafkaSecurity,
@@ -121,10 +121,7 @@ def librdkafka_config(kafka: KafkaConnection) -> dict[str, str]:
 
 
 def _converted_dir() -> Path:
-    path = Path(local_state("tls-converted"))
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
-    return path
+    return private_dir(local_state("tls-converted"))
 
 
 KEYTOOL_PASSWORD_ENV = "PIPELINES_KEYTOOL_STOREPASS"

@@ -27,7 +27,6 @@ file or given with `--set` is refused, since it could only travel as itself.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -61,12 +60,16 @@ class JobSection(Model):
                 f"{cls.section}: no such section in these settings; the job module lists "
                 f"{cls.__name__} in SECTIONS so that its settings are loaded with it"
             )
-        sources: dict[str, str] = {}
-        resolved = resolve_secret_refs(copy.deepcopy(tree), sources, f"{cls.section}.")
+        resolved = resolve_secret_refs(tree, {}, f"{cls.section}.")  # new dicts, tree kept
         try:
             found = cls.model_validate(resolved)
         except ValidationError as exc:
-            raise ConfigError(f"{cls.section}: {exc.errors()[0]['msg']}") from None
+            raise ConfigError(
+                "; ".join(
+                    f"{'.'.join(str(p) for p in (cls.section, *err['loc']))}: {err['msg']}"
+                    for err in exc.errors()
+                )
+            ) from None
         settings._sections[cls.section] = found
         return found
 

@@ -176,3 +176,12 @@ def test_a_section_may_not_take_a_projects_name_or_anothers(tmp_path):
         _load(conf, sections=(Pricing, Other))
     with pytest.raises(ConfigError, match=r"^SECTIONS: .* is not a JobSection"):
         _load(conf, sections=(dict,))  # type: ignore[arg-type]
+
+
+def test_a_section_that_no_longer_validates_on_a_worker_names_its_key(tmp_path, monkeypatch):
+    loaded = _load(_conf(tmp_path, OWN))
+    carried = pickle.loads(pickle.dumps(without_secrets(loaded.settings)))
+    carried._section_trees["pricing"] = {**carried._section_trees["pricing"], "currency": [1]}
+    with pytest.raises(ConfigError, match=r"^pricing.currency: Input should be a valid string$"):
+        Pricing.of(carried)
+    assert carried._section_trees["pricing"]["api_token"] == "${env:PRICING_TOKEN}"  # kept
