@@ -278,7 +278,7 @@ def frozen(ctx: Context, role: str, seconds: float, retry_s: float = FAULT_RETRY
         if pids:
             signal_all(pids, signal.SIGCONT)
         else:
-            retried(lambda: docker("unpause", name), FAULT_RETRY_S)
+            applied(ctx, f"unpause {role}", lambda: docker("unpause", name))
         ctx.note(f"{role} unpaused")
 
 
