@@ -24,6 +24,12 @@ class Failure(Exception):
     """A failure we can explain in one line."""
 
 
+class JavaFailure(Exception):
+    """A Py4J error already read into its one line while the JVM still answered: a run that
+    ends its own gateway (runner._owned_local_run) reads the error before the gateway goes,
+    since a Py4JJavaError asks the JVM for its text only when printed."""
+
+
 MAX_ERROR_CHARS = 500
 
 # PyFlink wraps a Python function's exception as
@@ -102,6 +108,9 @@ def guarded(action: Callable[[], int], mask: SecretMask | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except JavaFailure as exc:
+        print(mask_text(f"error: {exc}"), file=sys.stderr)
+        return 1
     except Exception as exc:  # noqa: BLE001 - Py4J errors arrive as many types
         line = explain_java_error(exc)
         if line is None:

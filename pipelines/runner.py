@@ -24,7 +24,7 @@ from pipelines.environment import (
     savepoint_dir,
     transactional_identity,
 )
-from pipelines.errors import MAX_ERROR_CHARS, Failure, explain_java_error, guarded
+from pipelines.errors import MAX_ERROR_CHARS, Failure, JavaFailure, explain_java_error, guarded
 from pipelines.flink_compat import (
     GATEWAY_STDERR,
     disconnect_gateway,
@@ -111,6 +111,11 @@ def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
         if sys.stderr.written:
             log.info(f"Python worker output: {sys.stderr.path}")
         raise
+    except Exception as exc:  # noqa: BLE001 - Py4J errors arrive as many types
+        line = explain_java_error(exc)  # now: the gateway ends below
+        if line is None:
+            raise
+        raise JavaFailure(line) from None
     finally:
         disconnect_gateway()
         owner.end()
