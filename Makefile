@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 CLI    := $(VENV)/bin/pipelines
+DEV    := $(VENV)/bin/pipelines-dev
 STAMP  := $(VENV)/.installed
 JOB    ?= enrich
 RECORDS ?= 2000
@@ -29,44 +30,44 @@ jars: venv ## fetch pinned jars with mvn, check sha256, build jars/src
 	$(CLI) jars
 
 kafka-up: venv ## start the local single-node Kafka broker (KRaft, from Maven jars)
-	$(CLI) kafka up
+	$(DEV) kafka up
 
 kafka-down: venv ## stop the local broker
-	$(CLI) kafka down
+	$(DEV) kafka down
 
 kafka-status: venv
-	$(CLI) kafka status
+	$(DEV) kafka status
 
 cluster-up: venv jars ## start the local standalone Flink cluster (from the PyFlink wheel)
-	$(CLI) cluster up
+	$(DEV) cluster up
 
 cluster-down: venv ## stop the local standalone Flink cluster
-	$(CLI) cluster down
+	$(DEV) cluster down
 
 cluster-status: venv
-	$(CLI) cluster status
+	$(DEV) cluster status
 
 enrichment-up: venv ## start the demo enrichment HTTP service
-	$(CLI) enrichment up
+	$(DEV) enrichment up
 
 enrichment-down: venv
-	$(CLI) enrichment down
+	$(DEV) enrichment down
 
 prometheus: venv ## install Debian's prometheus package (prometheus, promtool) where missing
-	$(CLI) prometheus install
+	$(DEV) prometheus install
 
 prometheus-up: prometheus ## a local Prometheus on 127.0.0.1:9090 scraping local runs, with deploy/prometheus's alert rules
-	$(CLI) prometheus up
+	$(DEV) prometheus up
 
 prometheus-down: venv
-	$(CLI) prometheus down
+	$(DEV) prometheus down
 
 prometheus-screenshot: venv jars kafka-up prometheus ## docs/images/prometheus-enrich.png: an enrich run with an outage, photographed in Prometheus by headless Chromium (~5 min)
 	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 	$(PY) -m bench.screenshot
 
 demo: venv kafka-up ## create the job's topics and produce $(RECORDS) demo records
-	$(CLI) demo $(JOB) --records $(RECORDS)
+	$(DEV) demo $(JOB) --records $(RECORDS)
 
 run: venv jars kafka-up enrichment-up demo ## set everything up and run the main job on demo data (Ctrl-C stops)
 	$(CLI) run $(JOB)
@@ -78,13 +79,13 @@ beam-run: venv beam-setup kafka-up enrichment-up demo ## the enrich job as a Bea
 	$(CLI) beam run enrich
 
 images: venv ## build the base, Kafka, deploy and topology images where a Docker engine answers (else say why)
-	$(CLI) docker build --deploy --topology --if-available
+	$(DEV) docker build --deploy --topology --if-available
 
 topology-up: venv jars images ## the production-shaped cluster in containers (docs/operations.md)
-	$(CLI) topology up
+	$(DEV) topology up
 
 topology-down: venv ## remove every container and the network of the topology
-	$(CLI) topology down
+	$(DEV) topology down
 
 check: lint test-unit ## what a fork runs on every push: lint, types, unit tests and every job's pipelines.testing tests (no broker, no Docker, no cluster; < 5 min)
 
@@ -139,20 +140,20 @@ mutation: venv ## mutation testing of the pure modules (mutmut, [tool.mutmut]): 
 	  k, t, sv, nt = s["killed"] + s["timeout"], s["total"] - s["skipped"], s["survived"], s["no_tests"]; \
 	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {sv}, not reached by a test {nt})")'
 
-lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two) and mypy over pipelines/ and bench/
-	$(PY) -m ruff check pipelines tests bench
-	$(PY) -m ruff format --check pipelines tests bench
+lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two) and mypy over pipelines/, pipelines_dev/ and bench/
+	$(PY) -m ruff check pipelines pipelines_dev tests bench
+	$(PY) -m ruff format --check pipelines pipelines_dev tests bench
 	$(PY) -m mypy
 
 format: venv ## sort imports and format the code (ruff)
-	$(PY) -m ruff check --select I --fix pipelines tests bench
-	$(PY) -m ruff format pipelines tests bench
+	$(PY) -m ruff check --select I --fix pipelines pipelines_dev tests bench
+	$(PY) -m ruff format pipelines pipelines_dev tests bench
 
 clean: ## stop local services and remove local state (.local, jars/lib)
-	-$(CLI) cluster down
-	-PIPELINES_FLINK_DIR=.local/flink-second $(CLI) cluster down
-	-$(CLI) enrichment down
-	-$(CLI) prometheus down
-	-$(CLI) kafka down
-	-$(CLI) docker down
+	-$(DEV) cluster down
+	-PIPELINES_FLINK_DIR=.local/flink-second $(DEV) cluster down
+	-$(DEV) enrichment down
+	-$(DEV) prometheus down
+	-$(DEV) kafka down
+	-$(DEV) docker down
 	rm -rf .local jars/lib jars/build

@@ -1,4 +1,4 @@
-"""`make chaos`: every fault of pipelines.devtools.chaos, several trials each, for the enrich
+"""`make chaos`: every fault of pipelines_dev.faults, several trials each, for the enrich
 job (lookups at 20 ms) and passthrough, on the production-shaped cluster; results as JSON
 (every trial, with its events) and a table (per job and fault: trials, records, lost,
 duplicated, recovery median / max) in bench/results/, the table copied into docs/exactly-once.md.
@@ -7,7 +7,7 @@ duplicated, recovery median / max) in bench/results/, the table copied into docs
 tests in tests/integration/test_topology.py), results to .local/chaos-smoke.*. Trials print
 their seed: `--faults F --seed S --trials 1` replays one.
 
-It uses the default topology (`pipelines topology`), reusing one that is up and healthy,
+It uses the default topology (`pipelines-dev topology`), reusing one that is up and healthy,
 and takes it down at the end of a full run, also when interrupted.
 """
 
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from bench.compare import page_with_table
-from pipelines.devtools.chaos import ALL_FAULTS, Result, run_trial
-from pipelines.devtools.topology import Topology
+from pipelines_dev.faults import ALL_FAULTS, Result, run_trial
+from pipelines_dev.topology import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -144,7 +144,7 @@ def recorded(name: str) -> list[Result]:
 def _write(name: str, results: list[Result], text: str | None = None) -> None:
     """Every trial so far (written after each, so an interrupted run keeps them): the full
     run's into bench/results (committed), a smoke's into .local (not)."""
-    from pipelines.paths import local_state
+    from pipelines.running.paths import local_state
 
     out = local_state() if name.endswith("smoke") else RESULTS
     out.mkdir(parents=True, exist_ok=True)

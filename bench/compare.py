@@ -37,11 +37,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.limits import case_limits, default_capacity, service_max
-from pipelines.devtools.enrichment_service import Service
-from pipelines.devtools.kafka_broker import Broker
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.topics import create_topics, delete_topics, produce
-from pipelines.processes import ProcessGroups, descendants
+from pipelines.running.processes import ProcessGroups, descendants
+from pipelines_dev.enrichment_service import Service
+from pipelines_dev.kafka_broker import Broker
+from pipelines_dev.ports import free_ports
+from pipelines_dev.topics import create_topics, delete_topics, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -171,7 +171,7 @@ def beam_command(case: Case, tag: str, source: str, bootstrap: str, service_url:
     args = [
         sys.executable,
         "-m",
-        "pipelines.devtools.cli",
+        "pipelines_dev.commands",
         "beam",
         "run",
         "enrich",

@@ -46,7 +46,7 @@ from bench.compare import (
     launched,
     system_command,
 )
-from pipelines.devtools.topics import client_conf, create_topics, delete_topics
+from pipelines_dev.topics import client_conf, create_topics, delete_topics
 
 CASES = [Case("copy-json", "copy-json", 0), Case("enrich-50ms", "enrich", 0, 50)]
 LOADS = (0.5, 0.9)

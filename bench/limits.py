@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.processes import ProcessGroups
+from pipelines.running.processes import ProcessGroups
 
 BATCH = 200  # the companies in one POST: the enrich job's default batch_size
 COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"]

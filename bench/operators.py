@@ -22,16 +22,16 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from bench.compare import broker_and_service
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.enrichment_service import Service
-from pipelines.devtools.topics import (
+from pipelines.running.paths import PROJECT_ROOT
+from pipelines_dev.demo import demo_values
+from pipelines_dev.enrichment_service import Service
+from pipelines_dev.topics import (
     committed_offsets,
     create_topics,
     delete_topics,
     produce,
     read_all,
 )
-from pipelines.paths import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
 PLAIN_MAP_RATE_NOTE = "plain Python map rate, measured in the same run"

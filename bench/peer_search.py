@@ -29,7 +29,7 @@ from bench.compare import (
     fill_input,
     measure,
 )
-from pipelines.devtools.topics import delete_topics
+from pipelines_dev.topics import delete_topics
 
 CASES = {
     "copy-bytes": Case("copy-bytes", "copy-bytes", 600_000),

@@ -40,8 +40,8 @@ from bench.compare import (
     measure,
     use_tuning,
 )
-from pipelines.devtools.topics import delete_topics
-from pipelines.processes import ProcessGroups, descendants, proc_stats_of
+from pipelines.running.processes import ProcessGroups, descendants, proc_stats_of
+from pipelines_dev.topics import delete_topics
 
 TICKS = os.sysconf("SC_CLK_TCK")
 TITLE = re.compile(r"<title>(.+?) \(([\d,]+) samples?, [\d.]+%\)</title>")

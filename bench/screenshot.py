@@ -20,13 +20,13 @@ import urllib.parse
 import uuid
 from pathlib import Path
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.enrichment_service import Service
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.prometheus import Prometheus
-from pipelines.devtools.topics import create_topics, delete_topics, produce
-from pipelines.paths import PROJECT_ROOT, local_state
-from pipelines.processes import ProcessGroups
+from pipelines.running.paths import PROJECT_ROOT, local_state
+from pipelines.running.processes import ProcessGroups
+from pipelines_dev.demo import demo_values
+from pipelines_dev.enrichment_service import Service
+from pipelines_dev.ports import free_ports
+from pipelines_dev.prometheus import Prometheus
+from pipelines_dev.topics import create_topics, delete_topics, produce
 
 OUT = PROJECT_ROOT / "docs" / "images" / "prometheus-enrich.png"
 PER_S, BAD_EVERY, BURST = 200, 50, 150_000
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             "metrics.prometheus_port": str(reporter),
         }
         job = groups.popen(
-            [sys.executable, "-m", "pipelines.devtools.cli", "run", "enrich"]
+            [sys.executable, "-m", "pipelines_dev.commands", "run", "enrich"]
             + [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -50,7 +50,7 @@ from bench.compare import (
     tree_rss_mb,
 )
 from bench.latency import PacedProducer, max_rates, wait_for
-from pipelines.devtools.topics import client_conf, create_topics, delete_topics
+from pipelines_dev.topics import client_conf, create_topics, delete_topics
 
 CASE = Case("enrich-50ms", "enrich", 0, 50)
 INTERVAL_S = 5.0  # conf/base/enrich.yaml's checkpoint.interval

@@ -1,8 +1,9 @@
-"""`pipelines ...`: running, checking, packaging and creating jobs.
+"""`pipelines ...`: the job commands: running, checking, packaging jobs, and what a machine
+that runs them needs (jars, offsets, the jobs on a JobManager).
 
-This is what a machine that runs jobs needs. The `pipelines` command a developer types is
-pipelines/devtools/cli.py: these commands plus the local infrastructure (broker, cluster,
-demo service, demo data, submitting to the local cluster)."""
+This is the runtime's command. A developer's checkout also has `pipelines-dev`
+(pipelines_dev/commands.py): these commands plus the local infrastructure (broker, cluster,
+demo service, demo data, topology), `submit` and `new`."""
 
 from __future__ import annotations
 
@@ -15,20 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import jobs
-from pipelines.errors import Failure, guarded
-from pipelines.flink_run import flink_binary
-from pipelines.jars import fetch, resolve
-from pipelines.jobmanager import DEFAULT_JOBMANAGER, JobManager
-from pipelines.kafka_clients import local_bootstrap
-from pipelines.loading import job_arguments, load, load_job, prepare
-from pipelines.logs import install_cli_handler
-from pipelines.offsets import OffsetWatcher
-from pipelines.packaging import package_job
-from pipelines.paths import LOCAL_DIR, PROJECT_ROOT
-from pipelines.runner import run_local
-from pipelines.scaffolding import new_job
+from pipelines.flink.distribution import flink_binary
+from pipelines.flink.jobmanager import DEFAULT_JOBMANAGER, JobManager
+from pipelines.kafka.clients import local_bootstrap
+from pipelines.kafka.offsets import OffsetWatcher
+from pipelines.running.errors import Failure, guarded
+from pipelines.running.loading import job_arguments, load, load_job, prepare
+from pipelines.running.logs import install_cli_handler
+from pipelines.running.paths import LOCAL_DIR, PROJECT_ROOT
+from pipelines.running.runner import run_local
 from pipelines.settings import SecretMask, effective_view
-from pipelines.settings.kafka_clients import librdkafka_config
+from pipelines.settings.client_properties import librdkafka_config
+from pipelines.shipping.jars import fetch, resolve
+from pipelines.shipping.packaging import package_job
 
 
 def seconds(text: str) -> float:
@@ -63,7 +63,7 @@ def job_config_arguments(parser: argparse.ArgumentParser, job_help: str) -> None
 
 class Parser(argparse.ArgumentParser):
     """argparse with its usage errors as one line (the usage stays behind --help), and
-    its subcommand registry kept for pipelines/devtools/cli.py to add to."""
+    its subcommand registry kept for pipelines_dev/commands.py to add to."""
 
     subcommands: Any = None
 
@@ -71,8 +71,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser(description: str = __doc__) -> Parser:
-    parser = Parser(prog="pipelines", description=description)
+def build_parser(description: str = __doc__, prog: str = "pipelines") -> Parser:
+    parser = Parser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     parser.subcommands = sub
 
@@ -98,16 +98,6 @@ def build_parser(description: str = __doc__) -> Parser:
         default=None,
         help="the JobManager SUBMIT.sh submits to unless given another (default: 127.0.0.1:8081)",
     )
-
-    new = sub.add_parser("new", help="create a job from an existing one: module, config, test")
-    new.add_argument("name")
-    new.add_argument(
-        "--from",
-        dest="template",
-        default="enrich",
-        help=f"the job to copy (default: enrich; here: {', '.join(jobs.names())})",
-    )
-    new.add_argument("--root", default=None, help="project root to write into (default: this one)")
 
     config = sub.add_parser("config", help="inspect job configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -164,8 +154,35 @@ def private_files() -> None:
         pass
 
 
+# `pipelines-dev`'s own commands (pipelines_dev/commands.py): named here only to point at it.
+DEVELOPER_COMMANDS = (
+    "new",
+    "demo",
+    "submit",
+    "kafka",
+    "cluster",
+    "enrichment",
+    "prometheus",
+    "docker",
+    "topology",
+)
+
+
+def refused_developer_command(argv: list[str]) -> str | None:
+    """The one line `pipelines <developer command>` answers: the runtime's command has the
+    job commands only; the local infrastructure, `submit` and `new` are `pipelines-dev`'s."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first not in DEVELOPER_COMMANDS:
+        return None
+    return (
+        f"error: `pipelines {first}` is a developer command: run `pipelines-dev {first} ...` "
+        f"in a checkout of this project (`pipelines` has the job commands only: "
+        f"{', '.join(sorted(HANDLERS))})"
+    )
+
+
 def subcommands(parser: Parser):
-    """The parser's subcommand registry, for pipelines/devtools/cli.py to add to."""
+    """The parser's subcommand registry, for pipelines_dev/commands.py to add to."""
     return parser.subcommands
 
 
@@ -179,6 +196,10 @@ def main(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     private_files()
     install_cli_handler()
+    developer_command = refused_developer_command(argv if argv is not None else sys.argv[1:])
+    if parser is None and developer_command:
+        print(developer_command, file=sys.stderr)
+        return 2
     args = (parser or build_parser()).parse_args(argv)
     args.mask = SecretMask()  # learns each config's secrets as it is loaded (loading.load)
     handler = (handlers or HANDLERS)[args.command]
@@ -217,21 +238,6 @@ def _package(args) -> int:
         print(f"  needs    {need.kind} {need.name} ({need.key})")
     print("submit with (from any directory; README.md there lists what it needs):")
     print(f"  {package.root / 'SUBMIT.sh'} [--jobmanager HOST:PORT] [--flink PATH] [job arguments]")
-    return 0
-
-
-def _new(args) -> int:
-    root = Path(args.root).resolve() if args.root else PROJECT_ROOT
-    if not (root / "pipelines" / "jobs").is_dir() or not (root / "conf" / "base").is_dir():
-        raise Failure(
-            f"--root {args.root}: not a copy of this project (no pipelines/jobs/ "
-            f"and conf/base/ there)"
-        )
-    created = new_job(args.name, args.template, root)
-    for path in created.files:
-        print(f"created {path.relative_to(root)}")
-    tests = " ".join(str(p.relative_to(root)) for p in created.files[2:])
-    print(f"next: pipelines demo {args.name} && pipelines run {args.name}; tests: pytest {tests}")
     return 0
 
 
@@ -310,14 +316,14 @@ def _jobs(args) -> int:
     print(f"job {job.name} ({job.id}) stopped")
     print(f"savepoint written to {location}")
     name = job.job or job.name
-    print(f"resume with: pipelines submit {name} --from-checkpoint {location}")
+    print(f"resume with: pipelines-dev submit {name} --from-checkpoint {location}")
     return 0
 
 
 def _beam(args) -> int:
     # lazy: a package leaves pipelines/beam out, and it ships this module
     from pipelines.beam.java import BeamSetupError, ensure_java, ensure_prism
-    from pipelines.beam.runner import run
+    from pipelines.beam.run import run
 
     if args.beam_command == "setup":
         try:
@@ -337,7 +343,6 @@ HANDLERS = {
     "doctor": _doctor,
     "config": _config,
     "package": _package,
-    "new": _new,
     "jars": _jars,
     "offsets": _offsets,
     "jobs": _jobs,

@@ -15,7 +15,7 @@ error when the job is built.
 
 A stream's shape is its type. The source gives `Rows`; sinks and JVM stages take
 `Records` (one JSON text record per element); the batched Python stages give `Batches`
-(each element one string of JSON lines, pipelines.lines). Handing a stage the wrong shape
+(each element one string of JSON lines, pipelines.records.lines). Handing a stage the wrong shape
 is a StageError when the job is built, naming the call that fixes it; the Flink
 DataStream is `.stream`, and `.derive(stream)` wraps an operator of your own in the same
 shape.
@@ -23,7 +23,7 @@ shape.
 The batch contract. Records cross from the JVM into Python in batches and come back as
 one element per batch: PyFlink's cost is per element, so a batch of 500 pays it once.
 `batch_records` (Java RecordBatcher) turns rows into lists of rows; a batched Python stage
-answers each list with ONE string, its records as lines (pipelines.lines).
+answers each list with ONE string, its records as lines (pipelines.records.lines).
 `records(batches)` (Java SplitLines) turns such a stream back into one element per
 record, in the JVM.
 """
@@ -35,12 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from pipelines.enrichment import apply_enrichment
-from pipelines.flink_compat import java_stream, python_stream, window_counts_in_jvm
-from pipelines.flink_compat import split_lines as split_in_jvm
-from pipelines.kafka import build_raw_sink, build_sink, build_source, origin_type_info
+from pipelines.flink.compat import java_stream, python_stream, window_counts_in_jvm
+from pipelines.flink.compat import split_lines as split_in_jvm
+from pipelines.flink.watermarks import watermark_strategy
+from pipelines.kafka.connectors import build_raw_sink, build_sink, build_source, origin_type_info
 from pipelines.lookups import ClientFactory
-from pipelines.parse import make_parse_function
+from pipelines.lookups.enrichment import apply_enrichment
+from pipelines.records.parse import make_parse_function
 from pipelines.settings import (
     ConfigError,
     DeliveryGuarantee,
@@ -48,7 +49,6 @@ from pipelines.settings import (
     FieldType,
     Settings,
 )
-from pipelines.watermarks import watermark_strategy
 
 if TYPE_CHECKING:
     from pyflink.datastream import DataStream, StreamExecutionEnvironment
@@ -127,7 +127,7 @@ def graph_of(env: StreamExecutionEnvironment) -> JobGraph:
 
 def declare_uses(env: StreamExecutionEnvironment, uses: tuple[str, ...] | list[str]) -> None:
     """The external services the job's module declares (its USES), recorded once where the
-    environment is made (pipelines.environment) and read by the stages that size by them."""
+    environment is made (pipelines.flink.environment) and read by the stages that size by them."""
     graph_of(env).uses = tuple(uses)
 
 
@@ -364,7 +364,7 @@ def parse(
     extra_required: dict[str, FieldType] | None = None,
     carry_metadata: bool = True,
 ) -> tuple[Batches | Records, Records]:
-    """Kafka rows -> valid JSON records, and dead letters (pipelines.parse). Returns
+    """Kafka rows -> valid JSON records, and dead letters (pipelines.records.parse). Returns
     (parsed, dead letters). With `carry_metadata` each record line carries its Kafka key,
     headers and timestamp to the sink (`lines.with_meta`); turn it off when the records go
     to JVM stages that read the JSON (window counts).
@@ -444,7 +444,7 @@ def enrich(
     *,
     name: str = "enrich",
 ) -> tuple[Records, Records]:
-    """The async enrichment stage (pipelines.enrichment) over what `parse_for_enrichment`
+    """The async enrichment stage (pipelines.lookups.enrichment) over what `parse_for_enrichment`
     produced (Batches for the batched operator, Records for the per-record ones), looking
     records up with `client_factory(settings)` (pipelines.lookups). Returns (enriched
     records, dead letters); uids `enrich`, `enriched`, `enrich-dead-letters` by default,
@@ -475,7 +475,7 @@ def parse_and_enrich(
     name: str = "parse-enrich",
 ) -> tuple[Records, Records]:
     """`parse_for_enrichment` then `enrich`, with the batched operator as ONE Python stage
-    (pipelines.enrichment.make_parse_enrich_function): each batch of rows crosses to the
+    (pipelines.lookups.enrichment.make_parse_enrich_function): each batch of rows crosses to the
     Python worker once, is parsed, looked up and answered, where two stages hand it across
     twice and parse every record twice. Returns (enriched records, dead letters of both
     steps, each naming its step). uids `batch`, `parse-enrich`, `enriched`,

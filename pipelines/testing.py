@@ -3,7 +3,6 @@ client, event time and windows, all on a local Flink environment), and what each
 have written back as lists. No Kafka, no cluster:
 
     from pipelines import testing
-
     out = testing.run("windowed", [{"id": 1, "key": "a", "ts": 1000}, b"{not json"])
     assert out.records == [{"key": "a", "window_start": 0, ...}]
     assert out.dead_letters[0]["error"].startswith("not JSON")
@@ -15,7 +14,7 @@ with `records`, `dead_letters` and `late` for the default sinks). Parallelism is
 overridden, so the output's order is the input's where the job keeps order.
 
 What this does not test: Kafka itself (offsets, transactions, exactly-once across a
-restart). The integration smoke test `pipelines new` writes beside this one does.
+restart). The integration smoke test `pipelines-dev new` writes beside this one does.
 """
 
 from __future__ import annotations
@@ -30,9 +29,9 @@ from types import ModuleType
 from typing import Any
 
 from pipelines import jobs
-from pipelines.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
-from pipelines.lines import key_of, split_meta
+from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
 from pipelines.lookups import ClientFactory
+from pipelines.records.lines import key_of, split_meta
 from pipelines.settings import MetricsSettings, Settings, load_settings
 from pipelines.stages import graph_of
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from pipelines.flink_compat import disconnect_gateway, gateway_in_group
-from pipelines.processes import ProcessGroups
+from pipelines.flink.compat import disconnect_gateway, gateway_in_group
+from pipelines.running.processes import ProcessGroups
 from tests.support import (
     LIVE,
     become_subreaper,
@@ -101,7 +101,7 @@ def session_broker():
     mode = _broker_mode()
     reason = None
     if mode != "jar":
-        from pipelines.devtools.containers import DockerError, docker_problem, ensure_kafka_image
+        from pipelines_dev.containers import DockerError, docker_problem, ensure_kafka_image
 
         reason = docker_problem()
         if reason is None:
@@ -114,8 +114,8 @@ def session_broker():
     else:
         reason = "PIPELINES_TEST_BROKER=jar"
     if reason is None:
-        from pipelines.devtools.containers import ContainerBroker
-        from pipelines.devtools.ports import free_ports
+        from pipelines_dev.containers import ContainerBroker
+        from pipelines_dev.ports import free_ports
 
         broker = ContainerBroker(port=free_ports())
         broker.start()
@@ -127,7 +127,7 @@ def session_broker():
             broker.remove()
         return
     NO_CONTAINERS.append(reason)
-    from pipelines.devtools.kafka_broker import Broker
+    from pipelines_dev.kafka_broker import Broker
 
     jar = Broker()
     if not jar.ready():  # reuse any broker already answering there (e.g. another checkout's)
@@ -173,7 +173,7 @@ def _end_what_the_test_started():
 @pytest.fixture(scope="session")
 def flink_cluster(kafka):
     """The local standalone cluster, started from the PyFlink wheel's bin/start-cluster.sh."""
-    from pipelines.devtools.flink_cluster import Cluster
+    from pipelines_dev.flink_cluster import Cluster
 
     cluster = Cluster()
     was_up = cluster.overview() is not None
@@ -186,8 +186,8 @@ def flink_cluster(kafka):
 @pytest.fixture
 def enrichment_service():
     """A real enrichment HTTP service on a free port, for one test."""
-    from pipelines.devtools.enrichment_service import Service
-    from pipelines.devtools.ports import free_ports
+    from pipelines_dev.enrichment_service import Service
+    from pipelines_dev.ports import free_ports
 
     service = Service(port=free_ports())
     service.up(latency_ms=5)

@@ -1,4 +1,4 @@
-"""What tests (and the tests `pipelines new` generates) use to run the project as a user does.
+"""What tests (and the tests `pipelines-dev new` generates) use to run the project as a user does.
 
 Every process a test starts gets a session of its own, so the harness can find and end
 everything it spawned (the CLI, its mini-cluster JVM, Flink's Python workers) without
@@ -17,10 +17,12 @@ import threading
 import time
 from pathlib import Path
 
-from pipelines.processes import descendants, proc_stats
+from pipelines.cli import DEVELOPER_COMMANDS
+from pipelines.running.processes import descendants, proc_stats
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "pipelines.devtools.cli"]  # what `pipelines` runs
+CLI = [sys.executable, "-m", "pipelines_dev.commands"]  # what `pipelines-dev` runs
+JOB_CLI = [sys.executable, "-m", "pipelines.cli"]  # what `pipelines` runs: the job commands
 PROGRESS = re.compile(r"checkpoints (\d+) completed, (\d+) failed")
 
 
@@ -278,9 +280,11 @@ def run_python(script: str, timeout: float = 120) -> subprocess.CompletedProcess
 def run_cli(
     *args: str, timeout: float = 300, env: dict | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """Run `pipelines ...` as a user would, in a session of its own; on timeout its whole
-    tree is ended and its output is part of the failure."""
-    started = Started([*CLI, *args], env=env, separate_stderr=True)
+    """Run `pipelines ...` (a job command) or `pipelines-dev ...` (a developer command) as a
+    user would, in a session of its own; on timeout its whole tree is ended and its output
+    is part of the failure."""
+    command = CLI if args and args[0] in DEVELOPER_COMMANDS else JOB_CLI
+    started = Started([*command, *args], env=env, separate_stderr=True)
     code = started.wait(timeout)
     LIVE.remove(started)
     out, err = (
@@ -374,7 +378,7 @@ def every_partition_committed(kafka, group: str, topic: str) -> bool:
     from now on holds a read position for each split. (A split not yet read keeps "the
     group's committed offset" as its start, so a restore would ask the group: with a group
     that never committed and a failing fallback, that restore fails, as it should.)"""
-    from pipelines.devtools.topics import committed_offsets
+    from pipelines_dev.topics import committed_offsets
 
     return all(o > 0 for o in committed_offsets(kafka, group, topic).values())
 
@@ -394,7 +398,7 @@ def wait_until(condition, timeout: float, what: str, every: float = 0.5):
 def committed_count(kafka, topic: str) -> int:
     """Records a `read_committed` reader of `topic` sees now (read, not the sum of last
     stable offsets: those count transaction markers and aborted records too)."""
-    from pipelines.devtools.topics import read_all
+    from pipelines_dev.topics import read_all
 
     return len(read_all(kafka, topic))
 
@@ -403,7 +407,7 @@ def assert_nothing_committed(kafka, topic: str) -> None:
     """No record committed to `topic`, and no transaction left open on it: the read (which
     raises unless every partition reported its end) finds nothing, and each partition's
     last stable offset is its log end."""
-    from pipelines.devtools.topics import end_offsets, read_all
+    from pipelines_dev.topics import end_offsets, read_all
 
     assert read_all(kafka, topic) == [], f"{topic} holds committed records"
     stable, end = end_offsets(kafka, topic, "read_committed"), end_offsets(kafka, topic)

@@ -7,14 +7,14 @@
 set -euo pipefail
 role=${1:?usage: flink-start.sh jobmanager|taskmanager|service}
 if [ "$role" = service ]; then
-  exec /opt/venv/bin/python -m pipelines.devtools.enrichment_service \
+  exec /opt/venv/bin/python -m pipelines_dev.enrichment_service \
     --host 0.0.0.0 --port 8080 --latency "${ENRICHMENT_LATENCY:-20ms}"
 fi
 mkdir -p "$FLINK_CONF_DIR" "$FLINK_PLUGINS_DIR"
 for f in log4j-console.properties log4j-cli.properties logback-console.xml; do
   if [ -f "$FLINK_HOME/conf/$f" ]; then cp "$FLINK_HOME/conf/$f" "$FLINK_CONF_DIR/"; fi
 done
-# Keep every process's environment (its secrets) out of the logs (pipelines.flink_compat's
+# Keep every process's environment (its secrets) out of the logs (pipelines.flink.compat's
 # QUIET_ENVIRONMENT_LOGS): Beam logs a Python worker's, the TaskManager's own, as it closes.
 for f in log4j-console.properties log4j-cli.properties; do
   cat >> "$FLINK_CONF_DIR/$f" <<'EOF'

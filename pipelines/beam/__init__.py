@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 BEAM_DIR = Path(__file__).resolve().parent
-MACHINERY = {"__init__", "runner", "java", "transforms"}
+MACHINERY = {"__init__", "run", "java", "transforms"}
 
 
 def names(beam_dir: Path = BEAM_DIR) -> list[str]:

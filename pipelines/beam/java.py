@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.jars import sha256_of
-from pipelines.loopback import preload_env
-from pipelines.maven import copy_dependencies, is_resolved
-from pipelines.paths import JARS_DIR, local_state
-from pipelines.processes import ProcessGroups
+from pipelines.running.loopback import preload_env
+from pipelines.running.paths import JARS_DIR, local_state
+from pipelines.running.processes import ProcessGroups
+from pipelines.shipping.jars import sha256_of
+from pipelines.shipping.maven import copy_dependencies, is_resolved
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +163,8 @@ def ensure_prism(binary: Path = PRISM) -> Path:
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 the kernel has just given out (pipelines.devtools.ports is off
-    limits here: nothing outside devtools imports it)."""
+    """A port on 127.0.0.1 the kernel has just given out (pipelines_dev.ports is off
+    limits here: the runtime never imports the developer tooling)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

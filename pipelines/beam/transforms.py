@@ -1,8 +1,8 @@
 """The enrich job's stages as Beam composite transforms, each with a stable label:
 read (KafkaIO, cross-language), parse (dead letters as a tagged output), enrich (the
 project's enrichment stage and lookup clients, a batch of lookups in flight at once),
-write (KafkaIO). The logic is the PyFlink job's own (pipelines.parse,
-pipelines.enrichment): the same record gives the same output and the same dead letter.
+write (KafkaIO). The logic is the PyFlink job's own (pipelines.records.parse,
+pipelines.lookups.enrichment): the same record gives the same output and the same dead letter.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import cast
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines import jsontext
-from pipelines.enrichment import EnrichStats, enricher_for
-from pipelines.lines import DEAD_MARK, key_of, split_meta, with_meta
 from pipelines.lookups import ClientFactory
-from pipelines.parse import dead_letter, origin_block, parse_value
+from pipelines.lookups.enrichment import EnrichStats, enricher_for
+from pipelines.records import jsontext
+from pipelines.records.lines import DEAD_MARK, key_of, split_meta, with_meta
+from pipelines.records.parse import dead_letter, origin_block, parse_value
 from pipelines.settings import ConfigError, OffsetReset, Settings, StartMode
-from pipelines.settings.kafka_clients import java_client_properties
+from pipelines.settings.client_properties import java_client_properties
 from pipelines.settings.secrets import without_secrets
 
 __all__ = [
@@ -211,7 +211,7 @@ class EnrichRecords(beam.PTransform):
 
 
 class _ToKafkaRecord(beam.DoFn):
-    """(key, value) bytes for KafkaIO: the key the record carries (pipelines.lines.META) or
+    """(key, value) bytes for KafkaIO: the key the record carries (pipelines.records.lines.META) or
     its `key_field`. Beam's Python WriteToKafka writes no headers or record timestamps, and
     its bytes coder takes no null key: a record without one gets the empty key."""
 

@@ -1,5 +1,5 @@
 """The jobs, found by discovery: every module in this package (its name not starting with
-`_`) is one job, named by its module. The CLI, `pipelines new` and `pipelines package`
+`_`) is one job, named by its module. The CLI, `pipelines-dev new` and `pipelines package`
 all read this one list.
 
 A job module holds:

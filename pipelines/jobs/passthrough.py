@@ -34,6 +34,6 @@ def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
 
 
 if __name__ == "__main__":
-    from pipelines.runner import job_main
+    from pipelines.running.runner import job_main
 
     job_main(build)

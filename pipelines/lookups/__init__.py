@@ -1,7 +1,7 @@
 """What an enrichment stage needs from a lookup service, and nothing more.
 
 A client answers "look this record up" (and, if the service can, "look these records up"
-in one round trip). The stage (pipelines/enrichment.py) owns everything around it:
+in one round trip). The stage (pipelines/lookups/enrichment.py) owns everything around it:
 batching, concurrency, per-attempt timeouts, retries with backoff, the failure policy,
 dead letters and metrics. So a client is small, and a test can replace one with a dict.
 

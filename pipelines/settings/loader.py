@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pipelines import paths
-from pipelines.settings.kafka_clients import property_conflicts
+from pipelines.running import paths
+from pipelines.settings.client_properties import property_conflicts
 from pipelines.settings.schema import Settings
 from pipelines.settings.secrets import (
     DEFAULT_SOURCE,

@@ -68,7 +68,7 @@ class KafkaSecurity(Model):
 
     One description for both kinds of client: the Java clients inside Flink get JKS, PKCS12
     or PEM stores as they are; librdkafka (preflight, offsets, demo) gets PEM, converted from
-    JKS/PKCS12 with keytool by the project (pipelines/settings/kafka_clients.py)."""
+    JKS/PKCS12 with keytool by the project (pipelines/settings/client_properties.py)."""
 
     protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     sasl_mechanism: SaslMechanism | None = None

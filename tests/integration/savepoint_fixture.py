@@ -37,8 +37,8 @@ NAMES = {key: fixture_names(key) for key in ("in", "out", "dlq", "group", "tx")}
 
 
 def make(bootstrap: str, enrichment_url: str) -> Path:
-    from pipelines.devtools.demo import demo_values
-    from pipelines.devtools.topics import create_topics, delete_topics, produce, read_all
+    from pipelines_dev.demo import demo_values
+    from pipelines_dev.topics import create_topics, delete_topics, produce, read_all
     from tests.integration.helpers import RunningJob
     from tests.support import topic_args
 

@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.enrichment_service import company_profile
-from pipelines.devtools.topics import create_topics, produce, read_all, read_messages
+from pipelines_dev.demo import demo_values
+from pipelines_dev.enrichment_service import company_profile
+from pipelines_dev.topics import create_topics, produce, read_all, read_messages
 from tests.support import assert_nothing_committed, run_cli, topic_args
 
 pytestmark = pytest.mark.integration

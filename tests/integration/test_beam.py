@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.enrichment_service import company_profile
-from pipelines.devtools.topics import (
+from pipelines_dev.demo import demo_values
+from pipelines_dev.enrichment_service import company_profile
+from pipelines_dev.topics import (
     committed_offsets,
     create_topics,
     end_offsets,

@@ -28,10 +28,10 @@ import time
 import pytest
 import yaml
 
-from pipelines.devtools.kafka_broker import Broker
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.topics import create_topics, produce, read_all
-from pipelines.paths import LOCAL_DIR, PROJECT_ROOT
+from pipelines.running.paths import LOCAL_DIR, PROJECT_ROOT
+from pipelines_dev.kafka_broker import Broker
+from pipelines_dev.ports import free_ports
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.integration.secret_search import (
     CANARY_DIR,
@@ -279,7 +279,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
     )  # the demo's malformed ones: dead letters
 
     # The deploy image, every layer.
-    from pipelines.devtools.containers import DEPLOY_IMAGE, docker_problem
+    from pipelines_dev.containers import DEPLOY_IMAGE, docker_problem
 
     problem = docker_problem(timeout=10)
     if problem is None:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.support import Started, topic_args
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.devtools import containers
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.enrichment_service import Service, company_profile
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev import containers
+from pipelines_dev.demo import demo_values
+from pipelines_dev.enrichment_service import Service, company_profile
+from pipelines_dev.ports import free_ports
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.support import ROOT, assert_dead_letters_are
 
 pytestmark = pytest.mark.integration
@@ -114,7 +114,7 @@ def test_deploy_image_runs_the_enrich_job_with_checkpoints_on_a_volume(
         deploy_image,
         containers.DEPLOY_PYTHON,
         "-m",
-        "pipelines.devtools.enrichment_service",
+        "pipelines_dev.enrichment_service",
         "--host",
         "0.0.0.0",
         "--port",

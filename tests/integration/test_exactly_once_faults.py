@@ -18,15 +18,15 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import (
+from pipelines.running.processes import descendants
+from pipelines_dev.demo import demo_values
+from pipelines_dev.topics import (
     committed_offsets,
     create_topics,
     end_offsets,
     produce,
     read_all,
 )
-from pipelines.processes import descendants
 from tests.integration.helpers import RunningJob
 from tests.support import (
     CLI,
@@ -119,7 +119,7 @@ def every_partition_started(kafka, names) -> bool:
 
 def progress_or_none(kafka, names) -> int | None:
     """The group's progress, or None when no broker answers (within a few seconds)."""
-    from pipelines.devtools.kafka_broker import broker_answers
+    from pipelines_dev.kafka_broker import broker_answers
 
     return progress(kafka, names) if broker_answers(kafka, timeout=3) else None
 

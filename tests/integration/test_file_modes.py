@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import create_topics, produce
-from pipelines.paths import LOCAL_DIR, local_state
+from pipelines.running.paths import LOCAL_DIR, local_state
+from pipelines_dev.demo import demo_values
+from pipelines_dev.topics import create_topics, produce
 from tests.integration.helpers import RunningJob
 from tests.support import topic_args
 

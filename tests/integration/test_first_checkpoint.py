@@ -21,8 +21,8 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev.demo import demo_values
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import topic_args, wait_until
 

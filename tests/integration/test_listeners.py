@@ -1,6 +1,6 @@
 """No port a run opens is reachable from another host: the listening sockets of each run's
 process tree, read from /proc while it runs, are all on loopback. Before the loopback shim
-(pipelines/loopback.py) a local run with a Python stage held 8 wildcard listeners in its
+(pipelines/running/loopback.py) a local run with a Python stage held 8 wildcard listeners in its
 JVM and PyFlink's worker pool on [::] in the CLI process."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import create_topics, produce
-from pipelines.processes import descendants, proc_stats
+from pipelines.running.processes import descendants, proc_stats
+from pipelines_dev.demo import demo_values
+from pipelines_dev.topics import create_topics, produce
 from tests.integration.helpers import RunningJob
 from tests.support import listening_sockets, not_loopback, run_cli, topic_args
 

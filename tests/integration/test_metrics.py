@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.prometheus import Prometheus, rule_files
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev.demo import demo_values
+from pipelines_dev.ports import free_ports
+from pipelines_dev.prometheus import Prometheus, rule_files
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import topic_args
 

@@ -1,4 +1,4 @@
-"""Operating a job on the standalone cluster through `pipelines submit` and `pipelines jobs`:
+"""Operating a job on the standalone cluster through `pipelines-dev submit` and `pipelines jobs`:
 re-packaging never touches state, one running copy per job, no silent loss on restore.
 
 Every job here reads from `earliest`: a restore that did nothing would re-read the whole
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.devtools.demo import demo_record
-from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
-from pipelines.jobmanager import JobManager
-from pipelines.paths import local_state
+from pipelines.flink.jobmanager import JobManager
+from pipelines.running.paths import local_state
+from pipelines_dev.demo import demo_record
+from pipelines_dev.topics import create_topics, end_offsets, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import (
     CLI,
@@ -161,7 +161,10 @@ def test_restore_older_than_the_transaction_timeout_is_refused_with_the_arithmet
     location = re.search(r"savepoint written to file:(\S+)", stopped).group(1)
     assert f"job passthrough ({job_id}) stopped" in stopped
     assert location.startswith(f"{state}/savepoints/passthrough/savepoint-")
-    assert f"resume with: pipelines submit passthrough --from-checkpoint file:{location}" in stopped
+    assert (
+        f"resume with: pipelines-dev submit passthrough --from-checkpoint file:{location}"
+        in stopped
+    )
     assert {j.id: j.state for j in jm.jobs()}[job_id] == "FINISHED"
     newest = Path(location) / "_metadata"
     assert newest.is_file()

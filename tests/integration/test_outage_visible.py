@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev.demo import demo_values
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import (
     assert_nothing_committed,

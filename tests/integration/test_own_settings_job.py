@@ -1,4 +1,4 @@
-"""A job a team owns, as a team makes it: `pipelines new orders --from enrich` in a fresh
+"""A job a team owns, as a team makes it: `pipelines-dev new orders --from enrich` in a fresh
 copy of the project, its client replaced by one of its own that reads two settings of the
 job's own section (a table file and a token from `${env:}`), as docs/make-it-yours.md says.
 
@@ -26,10 +26,10 @@ import urllib.request
 import pytest
 import yaml
 
-from pipelines.devtools.demo import COMPANIES, demo_values
-from pipelines.devtools.topics import create_topics, produce, read_all
-from pipelines.flink_run import flink_home
-from pipelines.paths import local_state
+from pipelines.flink.distribution import flink_home
+from pipelines.running.paths import local_state
+from pipelines_dev.demo import COMPANIES, demo_values
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import another_cluster, fresh_copy
 from tests.integration.secret_search import (
     CANARY_DIR,
@@ -105,7 +105,6 @@ REAL_CLIENT_TEST = f'''
 import pytest
 
 from pipelines import testing
-
 pytestmark = pytest.mark.unit
 
 
@@ -282,7 +281,7 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, 
     for path, body in rest_configs(base, job_id).items():
         found += [f"in the cluster's REST {path}" for _ in hits(body, secret)]
     # The package as a deploy image (deploy/Dockerfile), every layer.
-    from pipelines.devtools.containers import build_deploy_image, docker, docker_problem
+    from pipelines_dev.containers import build_deploy_image, docker, docker_problem
 
     problem = docker_problem(timeout=10)
     if problem is None:

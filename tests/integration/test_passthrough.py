@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.support import ROOT, run_cli, topic_args
 
 pytestmark = pytest.mark.integration

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from pipelines.devtools.kafka_broker import Broker, BrokerError
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.topics import create_topics
-from pipelines.preflight import broker_problems
+from pipelines.kafka.preflight import broker_problems
 from pipelines.settings import load_settings
+from pipelines_dev.kafka_broker import Broker, BrokerError
+from pipelines_dev.ports import free_ports
+from pipelines_dev.topics import create_topics
 from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.demo import demo_record
-from pipelines.devtools.topics import create_topics, produce, read_messages
+from pipelines_dev.demo import demo_record
+from pipelines_dev.topics import create_topics, produce, read_messages
 from tests.support import run_cli, topic_args
 
 pytestmark = pytest.mark.integration

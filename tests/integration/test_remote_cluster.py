@@ -1,5 +1,5 @@
 """A cluster that is not the local one: a second standalone cluster on other ports, started
-from another working directory, submitted to by address only (`pipelines submit
+from another working directory, submitted to by address only (`pipelines-dev submit
 --jobmanager`, and a package's SUBMIT.sh with JOBMANAGER and FLINK_HOME)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import urllib.request
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.topics import create_topics, produce, read_all
-from pipelines.flink_run import flink_home
-from pipelines.paths import local_state
+from pipelines.flink.distribution import flink_home
+from pipelines.running.paths import local_state
+from pipelines_dev.demo import demo_values
+from pipelines_dev.ports import free_ports
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import another_cluster
 from tests.support import Started, assert_dead_letters_are, job_env, run_cli, topic_args
 

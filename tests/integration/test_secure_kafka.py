@@ -1,4 +1,4 @@
-"""Every job and every CLI command against a secured broker: `pipelines kafka up --secure`
+"""Every job and every CLI command against a secured broker: `pipelines-dev kafka up --secure`
 (a TLS listener and a SASL_SSL SCRAM-SHA-512 one, CA and certificates made at start, the
 user made and granted its ACLs through the Admin API as the broker's admin), the password from `${env:...}` and `${file:...}`,
 truststores as JKS, PKCS12 and PEM. Topics are created and read back over SASL_SSL too."""
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.kafka_broker import SCRAM_USER, Broker
-from pipelines.devtools.kafka_tls import ensure_tls, write_secret
-from pipelines.devtools.ports import free_ports
-from pipelines.devtools.topics import create_topics, produce, read_all
 from pipelines.settings import load_settings
-from pipelines.settings.kafka_clients import librdkafka_config
+from pipelines.settings.client_properties import librdkafka_config
+from pipelines_dev.demo import demo_values
+from pipelines_dev.kafka_broker import SCRAM_USER, Broker
+from pipelines_dev.kafka_tls import ensure_tls, write_secret
+from pipelines_dev.ports import free_ports
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.support import assert_dead_letters_are, run_cli
 
 pytestmark = pytest.mark.integration
@@ -227,7 +227,7 @@ def _attempt(conf: dict, topic: str, wait_s: float = 12.0) -> tuple[str | None, 
 
     from confluent_kafka import Consumer, Producer
 
-    from pipelines.kafka_clients import quiet_logger
+    from pipelines.kafka.clients import quiet_logger
 
     errors: list[str] = []
     base = {**conf, "logger": quiet_logger(), "error_cb": lambda e: errors.append(str(e))}

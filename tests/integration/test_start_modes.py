@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
+from pipelines_dev.topics import create_topics, end_offsets, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import assert_nothing_committed, run_cli, topic_args
 

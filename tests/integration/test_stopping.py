@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import create_topics, produce
+from pipelines_dev.demo import demo_values
+from pipelines_dev.topics import create_topics, produce
 from tests.integration.helpers import RunningJob
 from tests.support import kill_tree, topic_args, wait_gone, wait_until
 
@@ -50,7 +50,7 @@ def _kinds(tree: dict) -> set[str]:
             kinds.add("jvm")
         if "pyflink-udf-runner" in cmd or "beam_boot" in cmd:
             kinds.add("python-worker")
-        if "pipelines.processes" in cmd:
+        if "pipelines.running.processes" in cmd:
             kinds.add("reaper")
     return kinds
 

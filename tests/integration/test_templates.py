@@ -1,4 +1,4 @@
-"""A job made by `pipelines new` passes its own generated test at once, and takes a lookup
+"""A job made by `pipelines-dev new` passes its own generated test at once, and takes a lookup
 client of the user's own, each in a fresh copy of the project (so nothing here leaks into
 the working tree)."""
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import cli, fresh_copy
 from tests.support import topic_args
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import create_topics, produce
+from pipelines_dev.demo import demo_values
+from pipelines_dev.topics import create_topics, produce
 from tests.integration.helpers import RunningJob
 from tests.support import topic_args
 

@@ -1,7 +1,7 @@
-"""The production-shaped cluster (`pipelines topology`): 3 replicated brokers, a JobManager
+"""The production-shaped cluster (`pipelines-dev topology`): 3 replicated brokers, a JobManager
 with ZooKeeper HA and 2 TaskManagers, checkpoints and savepoints on SeaweedFS's S3, the
 enrichment service, each a container. Brought up once for this module, as a user would,
-and every job submitted to it with `pipelines submit --jobmanager`; output read back from
+and every job submitted to it with `pipelines-dev submit --jobmanager`; output read back from
 the replicated brokers with read_committed."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.chaos import ALL_FAULTS, Context, frozen, run_trial
-from pipelines.devtools.containers import docker
-from pipelines.devtools.demo import demo_values
-from pipelines.devtools.topics import create_topics, end_offsets, produce, read_all
-from pipelines.jobmanager import JobManager
+from pipelines.flink.jobmanager import JobManager
+from pipelines_dev.containers import docker
+from pipelines_dev.demo import demo_values
+from pipelines_dev.faults import ALL_FAULTS, Context, frozen, run_trial
+from pipelines_dev.topics import create_topics, end_offsets, produce, read_all
 from tests.support import assert_dead_letters_are, restored_state_only, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.topology]
@@ -30,7 +30,7 @@ PYTHON = "/opt/venv/bin/python"  # the TaskManagers' venv
 @pytest.fixture(scope="module")
 def topology(container_broker, tmp_path_factory):
     """Up once for the module (its start time and memory printed), down afterwards."""
-    from pipelines.devtools.topology import Topology
+    from pipelines_dev.topology import Topology
 
     topo = Topology(
         name=f"pipelines-topo-{uuid.uuid4().hex[:6]}",
@@ -130,7 +130,7 @@ def test_up_is_healthy_replicated_and_within_its_budget(topology):
 
 
 def test_every_published_port_is_on_loopback_or_the_topology_network(topology):
-    from pipelines.devtools.containers import docker
+    from pipelines_dev.containers import docker
 
     gateway = topology.state()["gateway"]
     for role in topology.roles():
@@ -147,7 +147,7 @@ def test_every_published_port_is_on_loopback_or_the_topology_network(topology):
 def test_the_store_secret_is_in_no_log_environment_argument_or_image(topology):
     """The S3 secret key reaches the containers as a mounted file only; Flink masks it
     when it logs its configuration."""
-    from pipelines.devtools.containers import docker
+    from pipelines_dev.containers import docker
 
     secret = json.loads((topology.secrets_dir / "s3-keys.json").read_text())["secret"]
     assert (topology.secrets_dir / "s3-keys.json").stat().st_mode & 0o077 == 0
@@ -299,7 +299,7 @@ def test_a_jobmanager_killed_and_restarted_resumes_its_job_from_the_latest_check
 ):
     """ZooKeeper HA: the job graph and the checkpoint pointer survive the JobManager's
     process (SIGKILL); its restart recovers the same job id from them and the object store."""
-    from pipelines.devtools.containers import docker
+    from pipelines_dev.containers import docker
 
     bootstrap = topology.bootstrap
     create_topics(bootstrap, {names("in"): 2, names("out"): 2})
@@ -412,7 +412,7 @@ def test_exactly_once_through_each_fault(ready_topology, fault):
     """The fault suite's smoke (`make chaos` runs the full matrix): passthrough under load,
     the fault injected once a checkpoint completed and a fifth of the output is there;
     then every id once, per-key order kept, no aborted record ever read, no transaction
-    left open (pipelines.devtools.chaos)."""
+    left open (pipelines_dev.faults)."""
     seed = random.randrange(1 << 31)
     # The combination's three faults take a minute or more: its input lasts that long, so
     # that its later faults too land while records are in flight (its notes show the output

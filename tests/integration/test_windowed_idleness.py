@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from pipelines.devtools.topics import create_topics, produce, read_all
+from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import assert_nothing_committed, topic_args
 

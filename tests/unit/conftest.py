@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def flink_env():
     """A configured environment: the project's jars are on the gateway's class path."""
-    from pipelines.environment import create_environment
+    from pipelines.flink.environment import create_environment
     from pipelines.settings import load_settings
 
     return create_environment(load_settings("passthrough", environ={}).settings)

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from pipelines.devtools.prometheus import RULES_DIR, binary, rule_files
+from pipelines_dev.prometheus import RULES_DIR, binary, rule_files
 
 pytestmark = pytest.mark.unit
 

@@ -11,15 +11,15 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.beam.runner import bounded_read_problem
+from pipelines.beam.run import bounded_read_problem
 from pipelines.beam.transforms import (
     ConfigUnsupported,
     EnrichRecords,
     ParseRecords,
     consumer_config,
 )
-from pipelines.lines import split_meta
 from pipelines.lookups import PermanentLookupError
+from pipelines.records.lines import split_meta
 from pipelines.settings import ConfigError, load_settings
 
 pytestmark = pytest.mark.unit

@@ -1,22 +1,42 @@
-"""The project's shape, checked: what a cluster runs never imports devtools, a package
-ships only what a cluster runs and no path of the machine that built it, and the jobs
-are one registry."""
+"""The project's shape, checked: the runtime (pipelines) never imports the developer tooling
+(pipelines_dev), the package root is a dozen groups by concern, no two modules share a
+name, a package ships only what a cluster runs and no path of the machine that built it,
+and the jobs are one registry."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from pipelines.packaging import package_job
 from pipelines.settings import load_settings
+from pipelines.shipping.packaging import package_job
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# The package root: what a team that copies the template sees first. One folder per
+# concern, and the three modules a job's author meets (stages, testing, the CLI).
+PACKAGE_ROOT = {
+    "__init__.py": "the public API, listed",
+    "cli.py": "`pipelines`: the job commands",
+    "stages.py": "the named stages a job is built from",
+    "testing.py": "a job's build over records from a list",
+    "beam": "the enrich job as a Beam pipeline",
+    "flink": "settings -> the Flink environment; PyFlink's private API; the JobManager",
+    "jobs": "the jobs, one module each",
+    "kafka": "settings -> KafkaSource/KafkaSink; clients; offsets; preflight",
+    "lookups": "the enrichment client contract and the async stage",
+    "records": "the line format, JSON, parsing with dead letters",
+    "running": "loading, running, stopping, errors, the processes a run owns",
+    "settings": "typed settings by concern, layers, secrets, a job's own sections",
+    "shipping": "pinned jars and the package a cluster runs",
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -30,28 +50,63 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-def test_nothing_outside_devtools_imports_devtools():
+def test_the_runtime_never_imports_the_developer_tooling():
+    """The dependency runs one way: pipelines_dev uses the runtime; nothing a cluster
+    runs (or `pipelines package` ships) reaches the local services, topology or chaos."""
     offenders = {}
     for path in sorted((ROOT / "pipelines").rglob("*.py")):
-        rel = path.relative_to(ROOT)
-        if rel.parts[1] == "devtools":
-            continue
-        bad = sorted(m for m in imported_modules(path) if m.startswith("pipelines.devtools"))
+        bad = sorted(m for m in imported_modules(path) if m.partition(".")[0] == "pipelines_dev")
         if bad:
-            offenders[str(rel)] = bad
+            offenders[str(path.relative_to(ROOT))] = bad
     assert offenders == {}
+    uses = {
+        m
+        for path in (ROOT / "pipelines_dev").rglob("*.py")
+        for m in imported_modules(path)
+        if m.partition(".")[0] == "pipelines"
+    }
+    assert uses, "the tooling is built on the runtime"
+
+
+def test_the_package_root_is_a_dozen_groups_by_concern():
+    found = {
+        p.name
+        for p in (ROOT / "pipelines").iterdir()
+        if p.name != "__pycache__" and (p.suffix == ".py" or (p / "__init__.py").is_file())
+    }
+    assert found == set(PACKAGE_ROOT)
+
+
+def test_no_two_modules_share_a_name():
+    """Except a job and the same job as a Beam pipeline: both registries name a module
+    after its job (`pipelines run enrich`, `pipelines beam run enrich`)."""
+    seen: dict[str, list[str]] = {}
+    for top in ("pipelines", "pipelines_dev", "bench"):
+        for path in (ROOT / top).rglob("*.py"):
+            if path.name != "__init__.py":
+                seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    shared = {name: sorted(paths) for name, paths in seen.items() if len(paths) > 1}
+    assert shared == {"enrich": ["pipelines/beam/enrich.py", "pipelines/jobs/enrich.py"]}
+
+
+def test_the_installed_commands_are_the_runtimes_and_the_developers():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {
+        "pipelines": "pipelines.cli:main",
+        "pipelines-dev": "pipelines_dev.commands:main",
+    }
 
 
 def test_the_parser_sees_every_import_form(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "import pipelines.devtools.demo\nfrom pipelines.devtools import topics\n"
-        "def f():\n    from pipelines.devtools.ports import free_ports\n"
+        "import pipelines_dev.demo\nfrom pipelines_dev import topics\n"
+        "def f():\n    from pipelines_dev.ports import free_ports\n"
     )
     assert {
-        "pipelines.devtools.demo",
-        "pipelines.devtools.topics",
-        "pipelines.devtools.ports",
+        "pipelines_dev.demo",
+        "pipelines_dev.topics",
+        "pipelines_dev.ports",
     } <= imported_modules(probe)
 
 
@@ -118,13 +173,17 @@ def test_no_import_cycles_among_the_projects_modules():
 
 def test_the_beam_runner_does_not_reach_the_flink_runner():
     graph = import_graph(ROOT / "pipelines")
-    reached, todo = set(), ["pipelines.beam.runner"]
+    reached, todo = set(), ["pipelines.beam.run"]
     while todo:
         for dep in graph[todo.pop()] - reached:
             reached.add(dep)
             todo.append(dep)
-    assert "pipelines.runner" not in reached
-    assert {"pipelines.errors", "pipelines.loading", "pipelines.stopping"} <= reached
+    assert "pipelines.running.runner" not in reached
+    assert {
+        "pipelines.running.errors",
+        "pipelines.running.loading",
+        "pipelines.running.stopping",
+    } <= reached
 
 
 def test_the_cycle_check_sees_a_cycle_through_a_function_level_import(tmp_path):
@@ -194,13 +253,14 @@ def package(tmp_path_factory):
 
 def test_a_package_ships_only_what_a_cluster_runs(package):
     shipped = {str(p.relative_to(package.root)) for p in (package.root / "pipelines").rglob("*.py")}
-    assert not any(p.startswith(("pipelines/devtools/", "pipelines/beam/")) for p in shipped)
+    assert not any(p.startswith("pipelines/beam/") for p in shipped)
+    assert not (package.root / "pipelines_dev").exists()
     assert {p for p in shipped if p.startswith("pipelines/jobs/")} == {
         "pipelines/jobs/__init__.py",
         "pipelines/jobs/windowed.py",
     }
     assert {
-        "pipelines/runner.py",
+        "pipelines/running/runner.py",
         "pipelines/stages.py",
         "pipelines/settings/loader.py",
         "pipelines/lookups/__init__.py",
@@ -237,8 +297,8 @@ def test_a_packaged_config_holds_no_path_of_the_building_machine(package):
 
 
 def test_checkpoint_storage_is_resolved_where_the_job_runs(tmp_path):
-    from pipelines import paths
-    from pipelines.environment import checkpoint_dir, savepoint_dir
+    from pipelines.flink.environment import checkpoint_dir, savepoint_dir
+    from pipelines.running import paths
 
     settings = load_settings("enrich", environ={}).settings
     assert checkpoint_dir(settings) == f"file://{paths.LOCAL_DIR}/checkpoints/enrich"

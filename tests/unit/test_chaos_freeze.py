@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from pipelines.devtools.chaos import retried, signal_all
-from pipelines.devtools.containers import DockerError
+from pipelines_dev.containers import DockerError
+from pipelines_dev.faults import retried, signal_all
 
 pytestmark = pytest.mark.unit
 
@@ -79,7 +79,7 @@ def test_the_signal_freeze_stops_and_resumes_real_processes():
 def test_a_refused_docker_action_of_a_fault_is_noted_or_fails_naming_why(monkeypatch):
     import random
 
-    from pipelines.devtools import chaos
+    from pipelines_dev import faults as chaos
 
     ctx = chaos.Context(None, "passthrough", "", {}, [], random.Random(0))  # type: ignore[arg-type]
     monkeypatch.setattr(chaos, "FAULT_RETRY_S", 5.0)

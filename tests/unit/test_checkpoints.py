@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from pipelines.checkpoints import resolve_checkpoint, restore_points, transaction_risk
+from pipelines.flink.checkpoints import resolve_checkpoint, restore_points, transaction_risk
 from pipelines.settings import ConfigError, load_settings
 
 pytestmark = pytest.mark.unit

@@ -63,14 +63,14 @@ SDK_ERROR = """java.lang.RuntimeException: Error received from SDK harness for i
     response = task()
   File "/x/pyflink/fn_execution/datastream/process/async_function/operation.py", line 394, in _raise_exception_if_exists
     raise self._exception
-Exception: ('Error happens inside the class \\'<class \\'pipelines.enrichment.EnrichBatch\\'>\\' during handling input \\'[{"company": "secret-customer", "id": 2}]\\'', EnrichmentFailed('enrichment of record 2 failed: HTTP 503 from http://h/lookup/batch (3 attempts)'))
+Exception: ('Error happens inside the class \\'<class \\'pipelines.lookups.enrichment.EnrichBatch\\'>\\' during handling input \\'[{"company": "secret-customer", "id": 2}]\\'', EnrichmentFailed('enrichment of record 2 failed: HTTP 503 from http://h/lookup/batch (3 attempts)'))
 
 \tat org.apache.beam.runners.fnexecution.control.FnApiControlClient$ResponseStreamObserver.onNext(FnApiControlClient.java:181)
 """
 
 
 def test_a_python_worker_error_is_its_exception_without_the_record():
-    from pipelines.errors import explain_python_error
+    from pipelines.running.errors import explain_python_error
 
     line = explain_python_error(SDK_ERROR)
     assert line == (
@@ -80,7 +80,7 @@ def test_a_python_worker_error_is_its_exception_without_the_record():
 
 
 def test_a_plain_python_traceback_gives_its_last_exception_line():
-    from pipelines.errors import explain_python_error
+    from pipelines.running.errors import explain_python_error
 
     text = 'Traceback (most recent call last):\n  File "x", line 1\nValueError: bad thing\n'
     assert explain_python_error(text) == "ValueError: bad thing"
@@ -91,8 +91,8 @@ def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off()
     import signal
     import time
 
-    from pipelines.processes import ProcessGroups
-    from pipelines.stopping import StopRequested, StopSignals
+    from pipelines.running.processes import ProcessGroups
+    from pipelines.running.stopping import StopRequested, StopSignals
 
     forced = []
     stops = StopSignals(ProcessGroups(), deadline_s=0.5)
@@ -117,7 +117,7 @@ def test_a_thread_dying_after_a_local_run_writes_to_the_worker_log_not_the_termi
 ):
     import threading
 
-    from pipelines.worker_output import thread_errors_to
+    from pipelines.running.worker_output import thread_errors_to
 
     log = tmp_path / "worker.log"
     previous = threading.excepthook

@@ -3,9 +3,11 @@ no traceback, nothing destroyed."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from tests.support import ROOT, run_cli
+from tests.support import CLI, JOB_CLI, ROOT, run_cli
 
 pytestmark = pytest.mark.unit
 
@@ -87,6 +89,29 @@ def test_one_line_and_exit_2(args, line):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == line
     assert "12345678" not in proc.stdout + proc.stderr
+
+
+def test_the_job_command_points_a_developer_command_at_pipelines_dev():
+    """`pipelines` (the runtime's command, all a machine that runs jobs has) answers a
+    developer command in one line naming the command that has it."""
+    proc = subprocess.run(
+        [*JOB_CLI, "kafka", "up"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        "error: `pipelines kafka` is a developer command: run `pipelines-dev kafka ...` in a "
+        "checkout of this project (`pipelines` has the job commands only: beam, config, "
+        "doctor, jars, jobs, offsets, package, run)"
+    )
+    helps = {
+        name: subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=60).stdout
+        for name, cmd in (("pipelines", JOB_CLI), ("pipelines-dev", CLI))
+    }
+    assert "{run,doctor,package,config,jars,beam,jobs,offsets}" in helps["pipelines"]
+    assert "usage: pipelines-dev" in helps["pipelines-dev"]
+    for command in ("kafka", "topology", "new", "submit"):
+        assert f"    {command} " in helps["pipelines-dev"], command
+        assert f"    {command} " not in helps["pipelines"], command
 
 
 def test_package_refuses_a_directory_that_is_not_an_earlier_package(tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.devtools.containers import ContainerBroker, DockerError, cluster_id, debian_mirror
-from pipelines.devtools.kafka_broker import SINGLE_NODE
+from pipelines_dev.containers import ContainerBroker, DockerError, cluster_id, debian_mirror
+from pipelines_dev.kafka_broker import SINGLE_NODE
 
 pytestmark = pytest.mark.unit
 
@@ -77,7 +77,7 @@ def test_cluster_ids_are_kraft_shaped_and_fresh():
 def test_a_cluster_id_never_starts_with_a_dash():
     """kafka-storage reads `--cluster-id -x...` as an option and the broker container exits:
     1 start in 64 before the fix (seen in CI)."""
-    from pipelines.devtools.containers import cluster_id
+    from pipelines_dev.containers import cluster_id
 
     ids = [cluster_id() for _ in range(3000)]
     assert not [i for i in ids if i.startswith("-")]

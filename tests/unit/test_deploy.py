@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.devtools.containers import DEPLOY_IMAGE, DEPLOY_ROOT, deploy_command
-from pipelines.flink_run import flink_home
-from pipelines.packaging import package_job
+from pipelines.flink.distribution import flink_home
 from pipelines.settings import load_settings
+from pipelines.shipping.packaging import package_job
+from pipelines_dev.containers import DEPLOY_IMAGE, DEPLOY_ROOT, deploy_command
 
 pytestmark = pytest.mark.unit
 
@@ -126,9 +126,9 @@ def test_s3_checkpoints_have_the_s3_filesystem_plugin_enabled(manifest):
 
 
 def test_every_pod_serves_prometheus_metrics_where_the_pod_monitor_scrapes(manifest):
-    """The reporter a local run configures (pipelines.environment), on the port the
+    """The reporter a local run configures (pipelines.flink.environment), on the port the
     container names, the annotations give and the PodMonitor scrapes, for this app."""
-    from pipelines.environment import PROMETHEUS_REPORTER
+    from pipelines.flink.environment import PROMETHEUS_REPORTER
 
     spec = manifest["FlinkDeployment"]["spec"]
     conf = spec["flinkConfiguration"]
@@ -148,7 +148,7 @@ def test_every_pod_serves_prometheus_metrics_where_the_pod_monitor_scrapes(manif
 def test_the_container_start_script_keeps_every_environment_out_of_the_logs():
     """The topology's daemons and clients quiet the same loggers as the local runs and the
     standalone cluster (a TaskManager's environment holds a job section's secrets)."""
-    from pipelines.flink_compat import QUIET_ENVIRONMENT_LOGS
+    from pipelines.flink.compat import QUIET_ENVIRONMENT_LOGS
 
     script = (ROOT / "deploy" / "flink" / "flink-start.sh").read_text()
     lines = [line for line in QUIET_ENVIRONMENT_LOGS.strip().splitlines() if line[0] != "#"]

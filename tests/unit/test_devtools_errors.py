@@ -12,10 +12,10 @@ import urllib.request
 
 import pytest
 
-from pipelines.devtools.enrichment_service import Service
-from pipelines.devtools.flink_cluster import Cluster, ClusterError
-from pipelines.devtools.ports import free_ports
-from pipelines.processes import start_time
+from pipelines.running.processes import start_time
+from pipelines_dev.enrichment_service import Service
+from pipelines_dev.flink_cluster import Cluster, ClusterError
+from pipelines_dev.ports import free_ports
 
 pytestmark = pytest.mark.unit
 

@@ -9,18 +9,18 @@ import json
 
 import pytest
 
-from pipelines.devtools.enrichment_service import Behaviour, company_profile, make_app
-from pipelines.enrichment import (
+from pipelines.lookups import TransientLookupError
+from pipelines.lookups.enrichment import (
     DEAD_MARK,
     EnrichmentFailed,
     RecordEnricher,
     stage_client,
     worst_case_ms,
 )
-from pipelines.lookups import TransientLookupError
 from pipelines.lookups.http_demo import DemoHttpClient
-from pipelines.parse import UnexpectedErrors
+from pipelines.records.parse import UnexpectedErrors
 from pipelines.settings import EnrichmentSettings, ErrorSettings, OnFailure
+from pipelines_dev.enrichment_service import Behaviour, company_profile, make_app
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipelines.environment import create_environment, flink_configuration
+from pipelines.flink.environment import create_environment, flink_configuration
 from pipelines.settings import load_settings
 
 pytestmark = pytest.mark.unit
@@ -93,8 +93,8 @@ def test_bundles_and_polls_are_sized_to_lookups_only_where_there_are_lookups(
     job, uses, bundle, poll
 ):
     from pipelines import jobs  # noqa: F401
-    from pipelines.kafka import source_properties
-    from pipelines.loading import load_job
+    from pipelines.kafka.connectors import source_properties
+    from pipelines.running.loading import load_job
 
     assert getattr(load_job(job), "USES", ()) == uses
     settings = load_settings(job, environ={}).settings

@@ -10,7 +10,7 @@ import urllib.error
 
 import pytest
 
-from pipelines.progress import ProgressMonitor
+from pipelines.running.progress import ProgressMonitor
 
 pytestmark = pytest.mark.unit
 
@@ -74,7 +74,7 @@ def test_no_trigger_until_every_task_runs_then_one_followed_to_completion():
 
 def test_a_failed_trigger_is_made_again_a_second_later(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("pipelines.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("pipelines.running.progress.time.monotonic", lambda: clock[0])
     rest = FakeRest({"/jobs/j1": RUNNING, "/jobs/j1/checkpoints": NONE_YET})
     monitor = monitor_on(rest)
     assert monitor.first_checkpoint() is False

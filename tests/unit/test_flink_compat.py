@@ -1,4 +1,4 @@
-"""Each private PyFlink/Flink API that pipelines/flink_compat.py reaches, checked against the
+"""Each private PyFlink/Flink API that pipelines/flink/compat.py reaches, checked against the
 pinned wheel: an upgrade that moves one fails here, not in a running job."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from pipelines import flink_compat
+from pipelines.flink import compat as flink_compat
 from tests.support import run_python
 
 pytestmark = pytest.mark.unit
@@ -156,7 +156,7 @@ def test_raw_record_serializer_writes_key_value_headers_and_timestamp_unchanged(
 def test_record_serializer_writes_the_carried_key_headers_and_timestamp(env):
     from pyflink.java_gateway import get_gateway
 
-    from pipelines.lines import with_meta
+    from pipelines.records.lines import with_meta
 
     jvm = get_gateway().jvm
     line = with_meta(b"k\xff", bytes(header_bytes(HEADERS)), 1_700_000_000_123, '{"id":1,"c":"x"}')
@@ -182,8 +182,8 @@ def test_gateway_starts_in_a_group_the_owner_ends():
     """In a fresh interpreter: the JVM is in its own group, owned, and gone after end()."""
     script = textwrap.dedent("""
         import os
-        from pipelines.flink_compat import disconnect_gateway, gateway_in_group
-        from pipelines.processes import ProcessGroups, group_alive
+        from pipelines.flink.compat import disconnect_gateway, gateway_in_group
+        from pipelines.running.processes import ProcessGroups, group_alive
         owner = ProcessGroups()
         with gateway_in_group(owner):
             from pyflink.java_gateway import get_gateway
@@ -210,7 +210,7 @@ def test_the_row_python_reads_is_the_row_java_produces():
     field for field, or every record would be misread."""
     from pyflink.java_gateway import get_gateway
 
-    from pipelines.kafka import origin_type_info
+    from pipelines.kafka.connectors import origin_type_info
 
     produced = get_gateway().jvm.pipelines.flink.OriginRecordDeserializer().getProducedType()
     assert produced.toString() == origin_type_info().get_java_type_info().toString()

@@ -12,7 +12,7 @@ import importlib
 
 import pytest
 
-from pipelines.environment import create_environment
+from pipelines.flink.environment import create_environment
 from pipelines.settings import load_settings
 
 pytestmark = pytest.mark.unit

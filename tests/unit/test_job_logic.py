@@ -10,7 +10,7 @@ import os
 import pytest
 
 from pipelines import testing
-from pipelines.devtools.enrichment_service import company_profile
+from pipelines_dev.enrichment_service import company_profile
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pipelines import jsontext
-from pipelines.parse import parse_value
+from pipelines.records import jsontext
+from pipelines.records.parse import parse_value
 
 pytestmark = pytest.mark.unit
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.devtools.kafka_tls import ensure_tls
 from pipelines.settings import ConfigError, load_settings
-from pipelines.settings.kafka_clients import (
+from pipelines.settings.client_properties import (
     jaas_quote,
     java_client_properties,
     librdkafka_config,
 )
+from pipelines_dev.kafka_tls import ensure_tls
 
 pytestmark = pytest.mark.unit
 

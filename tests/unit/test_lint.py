@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-PATHS = ["pipelines", "tests", "bench"]
+PATHS = ["pipelines", "pipelines_dev", "tests", "bench"]
 
 
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["check", "format"])

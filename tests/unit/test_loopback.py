@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from pipelines.loopback import SHIM
+from pipelines.running.loopback import SHIM
 from tests.support import listening_sockets, not_loopback
 
 pytestmark = pytest.mark.unit

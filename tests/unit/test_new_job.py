@@ -1,4 +1,4 @@
-"""`pipelines new`: names checked, nothing written on error, the new job owns its names."""
+"""`pipelines-dev new`: names checked, nothing written on error, the new job owns its names."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.scaffolding import PLACEHOLDER, SCAFFOLD, new_job, with_section_example
 from pipelines.settings import ConfigError
+from pipelines_dev.scaffolding import PLACEHOLDER, SCAFFOLD, new_job, with_section_example
 
 pytestmark = pytest.mark.unit
 
@@ -120,7 +120,7 @@ def test_the_commented_example_of_a_jobs_own_settings_works_once_uncommented(pro
 
 def test_cli_error_is_one_line(project):
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "new", "Bad-Name", "--root", str(project)],
+        [sys.executable, "-m", "pipelines_dev.commands", "new", "Bad-Name", "--root", str(project)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -168,7 +168,7 @@ def test_unknown_template_lists_the_jobs(project):
 
 def test_a_beam_job_is_copied_with_its_own_config_and_smoke_test(project):
     (project / "pipelines" / "beam").mkdir()
-    for module in ("enrich", "runner", "transforms"):
+    for module in ("enrich", "run", "transforms"):
         shutil.copy(ROOT / "pipelines" / "beam" / f"{module}.py", project / "pipelines" / "beam")
     created = new_job("orders", "beam-enrich", project)
     assert created.module == project / "pipelines" / "beam" / "orders.py"

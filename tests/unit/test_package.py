@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.packaging import package_job
-from pipelines.paths import PROJECT_ROOT
+from pipelines.running.paths import PROJECT_ROOT
 from pipelines.settings import load_settings
+from pipelines.shipping.packaging import package_job
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from pyflink.common import Row
 
-from pipelines.parse import ErrorBudget, UnexpectedErrors, dead_letter, parse_value
+from pipelines.records.parse import ErrorBudget, UnexpectedErrors, dead_letter, parse_value
 from pipelines.settings import ErrorSettings, FieldType
 
 pytestmark = pytest.mark.unit
@@ -153,7 +153,7 @@ GOOD = {"s": "x", "i": 3, "n": 2.5, "b": False, "o": {}, "a": []}
     ],
 )
 def test_each_field_type_takes_its_own_json_type_only(field, value, reason):
-    from pipelines.parse import check_record
+    from pipelines.records.parse import check_record
 
     assert check_record({**GOOD, field: value}, TYPED) == (
         None,
@@ -162,7 +162,7 @@ def test_each_field_type_takes_its_own_json_type_only(field, value, reason):
 
 
 def test_every_field_type_accepts_its_values_and_numbers_take_integers():
-    from pipelines.parse import check_record
+    from pipelines.records.parse import check_record
 
     record = {**GOOD, "n": 7}
     assert check_record(record, TYPED) == (record, None)
@@ -170,7 +170,7 @@ def test_every_field_type_accepts_its_values_and_numbers_take_integers():
 
 
 def test_all_problems_are_named_missing_first():
-    from pipelines.parse import check_record
+    from pipelines.records.parse import check_record
 
     assert check_record({"s": 1, "i": None}, {"s": FieldType.STRING, "i": FieldType.ANY}) == (
         None,
@@ -189,7 +189,7 @@ def test_all_problems_are_named_missing_first():
     [(0, True), ((1 << 63) - 1, True), (-1, False), (1 << 63, False), (1.0, False), (True, False)],
 )
 def test_event_time_is_a_java_long_of_epoch_milliseconds(ts, ok):
-    from pipelines.parse import check_record
+    from pipelines.records.parse import check_record
 
     record, reason = check_record({"id": 1, "ts": ts}, ["id"], event_time_field="ts")
     assert (record is not None) is ok
@@ -200,7 +200,7 @@ def test_event_time_is_a_java_long_of_epoch_milliseconds(ts, ok):
 def test_a_future_event_time_is_refused_past_the_skew_only():
     import time
 
-    from pipelines.parse import check_record
+    from pipelines.records.parse import check_record
 
     now = int(time.time() * 1000)
     assert check_record({"id": 1, "ts": now + 60_000}, ["id"], "ts", None, 120_000)[1] is None
@@ -265,7 +265,7 @@ def test_a_key_keeps_at_most_64_kib_and_the_value_the_rest():
 
 
 def test_a_stage_dead_letter_carries_the_record_without_its_origin():
-    from pipelines.parse import record_dead_letter
+    from pipelines.records.parse import record_dead_letter
 
     origin = {"topic": "in", "partition": 0, "offset": 3, "timestamp": 1}
     text = record_dead_letter(

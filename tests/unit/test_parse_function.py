@@ -12,7 +12,12 @@ import time
 import pytest
 from pyflink.common import Row
 
-from pipelines.parse import DEAD_LETTER_TAG, InjectedFault, UnexpectedErrors, make_parse_function
+from pipelines.records.parse import (
+    DEAD_LETTER_TAG,
+    InjectedFault,
+    UnexpectedErrors,
+    make_parse_function,
+)
 from pipelines.settings import ErrorSettings, FieldType
 from pipelines.settings.schema import FaultSettings, ParseSettings
 

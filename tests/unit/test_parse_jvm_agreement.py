@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines import jsontext
-from pipelines.lines import with_meta
-from pipelines.parse import JAVA_LONG_END, parse_value
+from pipelines.records import jsontext
+from pipelines.records.lines import with_meta
+from pipelines.records.parse import JAVA_LONG_END, parse_value
 from pipelines.settings import FieldType
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.preflight import static_problems
+from pipelines.kafka.preflight import static_problems
 from pipelines.settings import load_settings
 
 pytestmark = pytest.mark.unit
@@ -62,7 +62,7 @@ def test_commit_on_checkpoint_with_checkpointing_off():
 
 
 def test_a_replicated_cluster_is_checked_for_records_an_acknowledgement_could_lose():
-    from pipelines.preflight import durability_problems
+    from pipelines.kafka.preflight import durability_problems
 
     written = {
         "sink.topic": ("out", 1, 1),
@@ -84,7 +84,7 @@ def test_a_replicated_cluster_is_checked_for_records_an_acknowledgement_could_lo
 
 
 def test_replication_3_with_min_isr_2_is_what_the_check_wants():
-    from pipelines.preflight import durability_problems
+    from pipelines.kafka.preflight import durability_problems
 
     assert durability_problems(3, {"sink.topic": ("out", 3, 2)}, (3, 2)) == []
     assert durability_problems(5, {"sink.topic": ("out", 3, 2)}, (3, 2)) == []

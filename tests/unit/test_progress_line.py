@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.progress import ProgressMonitor
+from pipelines.running.progress import ProgressMonitor
 
 pytestmark = pytest.mark.unit
 

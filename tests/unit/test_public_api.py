@@ -2,7 +2,7 @@
 and the signature of every callable in it. A change here is a change users feel: make it on
 purpose, then regenerate the pin (`python -m tests.unit.test_public_api >
 tests/unit/public_api.txt`) so the diff shows in review. The jobs, the Beam pipeline and the
-files `pipelines new` writes import nothing else from the project."""
+files `pipelines-dev new` writes import nothing else from the project."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ PUBLIC = {
         "Build", "JobModule", "UnknownJob", "load", "lookup_client", "name_of", "names",
         "sections", "uses",
     ],
-    "pipelines.runner": ["job_main"],
+    "pipelines.running.runner": ["job_main"],
     "pipelines.testing": ["TOPIC", "Output", "Record", "Written", "run", "settings_for"],
     "pipelines.beam.transforms": [
         "ConfigUnsupported", "EnrichRecords", "ParseRecords", "ReadRecords", "WriteRecords",
@@ -56,9 +56,9 @@ PUBLIC = {
     ],
 }  # fmt: skip
 
-# Test support the generated tests use; not API for a job (a job never imports devtools).
-TEST_SUPPORT = {"pipelines.devtools.demo", "pipelines.devtools.topics",
-                "pipelines.devtools.enrichment_service"}  # fmt: skip
+# Test support the generated tests use; not API for a job (a job never imports pipelines_dev).
+TEST_SUPPORT = {"pipelines_dev.demo", "pipelines_dev.topics",
+                "pipelines_dev.enrichment_service"}  # fmt: skip
 
 # Settings are pydantic models: their keys are pinned by the configuration reference test.
 SIGNATURES_OF = [m for m in PUBLIC if m != "pipelines.settings"]
@@ -138,7 +138,7 @@ TEMPLATES = sorted(
     [
         *(ROOT / "pipelines" / "jobs").glob("[a-z]*.py"),
         ROOT / "pipelines" / "beam" / "enrich.py",
-        *(ROOT / "pipelines" / "devtools" / "scaffold").glob("[a-z]*.py"),
+        *(ROOT / "pipelines_dev" / "scaffold").glob("[a-z]*.py"),
     ]
 )
 
@@ -165,14 +165,14 @@ def test_what_users_copy_imports_only_the_public_api(path):
 def test_a_private_import_is_found(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(
-        "from pipelines import stages\nfrom pipelines.parse import parse_value\n"
-        "from pipelines.runner import run_local, job_main\n"
-        "from pipelines.devtools.topics import read_all\n"
+        "from pipelines import stages\nfrom pipelines.records.parse import parse_value\n"
+        "from pipelines.running.runner import run_local, job_main\n"
+        "from pipelines_dev.topics import read_all\n"
     )
     assert public_use_problems(job) == [
-        "job.py: pipelines.parse.parse_value is not public API",
-        "job.py: pipelines.runner.run_local is not public API",
-        "job.py: pipelines.devtools.topics.read_all is not public API",
+        "job.py: pipelines.records.parse.parse_value is not public API",
+        "job.py: pipelines.running.runner.run_local is not public API",
+        "job.py: pipelines_dev.topics.read_all is not public API",
     ]
 
 

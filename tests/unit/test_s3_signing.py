@@ -8,7 +8,7 @@ import datetime
 
 import pytest
 
-from pipelines.devtools.s3 import S3
+from pipelines_dev.s3 import S3
 
 pytestmark = pytest.mark.unit
 

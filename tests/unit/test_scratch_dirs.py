@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.processes import ProcessGroups, sweep_scratch
+from pipelines.running.processes import ProcessGroups, sweep_scratch
 from tests.support import run_python, wait_until
 
 pytestmark = pytest.mark.unit
@@ -39,7 +39,7 @@ def test_the_owner_removes_its_scratch_dir_after_its_groups_end():
 def test_the_reaper_removes_it_when_the_owner_is_killed():
     script = textwrap.dedent(f"""
         import os, signal, sys
-        from pipelines.processes import ProcessGroups
+        from pipelines.running.processes import ProcessGroups
         owner = ProcessGroups()
         owner.popen(["sleep", "60"])
         path = owner.scratch_dir({_prefix()!r})

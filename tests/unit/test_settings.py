@@ -185,7 +185,7 @@ def test_secret_reference_to_unset_env_names_it(tmp_path, monkeypatch):
 
 
 def test_error_lines_mask_secrets_of_loaded_configs(tmp_path, capsys):
-    from pipelines.errors import guarded
+    from pipelines.running.errors import guarded
     from pipelines.settings import SecretMask
 
     conf = _conf(

@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 from pipelines import stages
-from pipelines.environment import create_environment
+from pipelines.flink.environment import create_environment
 from pipelines.jobs.enrich import lookup_client
-from pipelines.kafka import source_properties
+from pipelines.kafka.connectors import source_properties
 from pipelines.settings import FieldType, load_settings
 
 pytestmark = pytest.mark.unit

@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
-from pipelines.devtools.enrichment_service import Service
-from pipelines.devtools.flink_cluster import Cluster
-from pipelines.devtools.kafka_broker import Broker
-from pipelines.processes import PidFile, start_time, wait_started
+from pipelines.running.processes import PidFile, start_time, wait_started
+from pipelines_dev.enrichment_service import Service
+from pipelines_dev.flink_cluster import Cluster
+from pipelines_dev.kafka_broker import Broker
 
 pytestmark = pytest.mark.unit
 

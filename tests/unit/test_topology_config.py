@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from pipelines.devtools.chaos import Result, trial_values
-from pipelines.devtools.topology import REPLICATED, Topology
+from pipelines_dev.faults import Result, trial_values
+from pipelines_dev.topology import REPLICATED, Topology
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines.flink.watermarks import watermark_strategy
 from pipelines.settings import WatermarkSettings
-from pipelines.watermarks import watermark_strategy
 
 pytestmark = pytest.mark.unit
 

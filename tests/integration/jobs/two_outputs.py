@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from pipelines import stages
-from pipelines.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
+from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
 from pipelines.settings import FieldType, Settings, load_settings
 
 

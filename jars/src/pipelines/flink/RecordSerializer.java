@@ -11,7 +11,7 @@ import org.apache.flink.kafka.shaded.org.apache.kafka.common.header.Headers;
  * input record each one came from.
  *
  * <p>A record that carries them starts with {@code \u0001key\u0001headers\u0001timestamp\u0001}
- * (written by pipelines.lines.with_meta: key base64 or {@code ~} for none, headers as
+ * (written by pipelines.records.lines.with_meta: key base64 or {@code ~} for none, headers as
  * {@link HeaderBytes} in base64 or empty, timestamp in ms or empty); JSON text never holds a
  * raw control character, so the prefix cannot be confused with the record. With
  * {@code keyField}, the key is that JSON field instead (a string as it is, anything else as

@@ -1,0 +1,183 @@
+"""Settings -> StreamExecutionEnvironment: checkpointing, restarts, interpreter, jars.
+
+Everything is expressed as Flink configuration keys, so the same job behaves the same on
+the local mini-cluster and under `flink run`, where the cluster's config is the base.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+from pipelines.flink.jobmanager import JOB_PARAMETER, PREFIX_PARAMETER, SAVEPOINT_PARAMETER
+from pipelines.running import paths
+from pipelines.settings import RestartStrategy, Retention, Settings
+from pipelines.shipping import jars
+from pipelines.stages import declare_uses
+
+
+def _ms(value: int) -> str:
+    return f"{value} ms"
+
+
+def checkpoint_dir(settings: Settings) -> str:
+    """`checkpoint.storage` for this job, or (unset) `checkpoints/<job>` under the state
+    root (paths.state_root: never inside a package, which a later `package` replaces):
+    resolved here, at run time, never written into a packaged config."""
+    uri = settings.checkpoint.storage or "file://" + str(paths.state_root() / "checkpoints/{job}")
+    return uri.replace("{job}", settings.job.name)
+
+
+def savepoint_dir(settings: Settings) -> str:
+    uri = settings.checkpoint.savepoints or "file://" + str(paths.state_root() / "savepoints/{job}")
+    return uri.replace("{job}", settings.job.name)
+
+
+def transactional_identity(settings: Settings) -> str:
+    """What makes two running copies of a job collide: the sink's transactional-id prefix
+    (exactly-once), else the job's name."""
+    return settings.sink.transactional_id_prefix or f"job:{settings.job.name}"
+
+
+def _flink_map(entries: dict[str, str]) -> str:
+    """A Flink map option's text, `k:v,...`: values are percent-encoded (Flink's splitter
+    takes no `:` or `,` inside an entry), and pipelines.flink.jobmanager decodes them."""
+    return ",".join(f"{k}:{quote(v, safe='')}" for k, v in entries.items())
+
+
+# A local mini-cluster's listeners: on loopback, the REST port free-chosen (Flink's
+# defaults bind every interface).
+MINI_CLUSTER_ON_LOOPBACK = {
+    "rest.bind-port": "0",
+    "rest.address": "127.0.0.1",
+    "rest.bind-address": "127.0.0.1",
+    "jobmanager.bind-host": "127.0.0.1",
+    "taskmanager.bind-host": "127.0.0.1",
+    "jobmanager.rpc.address": "127.0.0.1",
+    "taskmanager.host": "127.0.0.1",
+}
+
+FLINK_DEFAULT_BUNDLE_SIZE = 1000
+PROMETHEUS_REPORTER = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
+
+
+def python_bundle_size(settings: Settings, uses: tuple[str, ...] | list[str] = ()) -> int:
+    """Records per Python bundle: a checkpoint waits for the open one. Behind slow lookups
+    it is sized to the enrichment stage's elements in flight (one round of lookups per
+    bundle); a job without enrichment keeps Flink's default. Sizing every job that way gave
+    `passthrough` bundles of one record: each crossed into Python alone (335 records/s)."""
+    if settings.python.bundle_size:
+        return settings.python.bundle_size
+    if "enrichment" in uses:
+        return settings.enrichment.elements_in_flight()
+    return FLINK_DEFAULT_BUNDLE_SIZE
+
+
+def flink_configuration(
+    settings: Settings,
+    jar_paths: list[Path] | None = None,
+    python: str | None = None,
+    uses: tuple[str, ...] | list[str] = (),
+) -> dict[str, str]:
+    """The Flink configuration a job runs with, as plain key/value strings; `uses` names
+    the external services the job calls (its module's USES)."""
+    cp = settings.checkpoint
+    python = python or sys.executable
+    conf: dict[str, str] = {
+        "pipeline.name": settings.job.name,
+        "parallelism.default": str(settings.job.parallelism),
+        "pipeline.max-parallelism": str(settings.job.max_parallelism),
+        # Without these Flink starts the system `python`: "No module named 'pyflink'".
+        "python.executable": python,
+        "python.client.executable": python,
+        "execution.checkpointing.dir": checkpoint_dir(settings),
+        "execution.checkpointing.savepoint-dir": savepoint_dir(settings),
+        "execution.checkpointing.storage": "filesystem",
+        "python.fn-execution.bundle.size": str(python_bundle_size(settings, uses)),
+        "python.fn-execution.bundle.time": str(settings.python.bundle_time),  # a long, in ms
+        # Shown by the REST API (/jobs/<id>/config): `run` and `submit` find a running
+        # copy of this job by them, `jobs stop` its savepoint dir (pipelines.flink.jobmanager).
+        "pipeline.global-job-parameters": _flink_map(
+            {
+                JOB_PARAMETER: settings.job.name,
+                PREFIX_PARAMETER: transactional_identity(settings),
+                SAVEPOINT_PARAMETER: savepoint_dir(settings),
+            }
+        ),
+    }
+    if cp.enabled:
+        conf.update(
+            {
+                "execution.checkpointing.interval": _ms(cp.interval),
+                "execution.checkpointing.mode": cp.mode.name,
+                "execution.checkpointing.min-pause": _ms(cp.min_pause),
+                "execution.checkpointing.timeout": _ms(cp.timeout),
+                "execution.checkpointing.max-concurrent-checkpoints": str(cp.max_concurrent),
+                "execution.checkpointing.tolerable-failed-checkpoints": str(cp.tolerable_failures),
+                "execution.checkpointing.externalized-checkpoint-retention": (
+                    "RETAIN_ON_CANCELLATION"
+                    if cp.retention is Retention.RETAIN
+                    else "DELETE_ON_CANCELLATION"
+                ),
+                "execution.checkpointing.unaligned.enabled": str(cp.unaligned).lower(),
+            }
+        )
+    rs = settings.restart
+    if rs.strategy is RestartStrategy.NONE:
+        conf["restart-strategy.type"] = "none"
+    elif rs.strategy is RestartStrategy.FIXED_DELAY:
+        conf.update(
+            {
+                "restart-strategy.type": "fixed-delay",
+                "restart-strategy.fixed-delay.attempts": str(rs.attempts),
+                "restart-strategy.fixed-delay.delay": _ms(rs.delay),
+            }
+        )
+    else:
+        conf.update(
+            {
+                "restart-strategy.type": "exponential-delay",
+                "restart-strategy.exponential-delay.initial-backoff": _ms(rs.delay),
+                "restart-strategy.exponential-delay.max-backoff": _ms(rs.max_delay),
+                "restart-strategy.exponential-delay.attempts-before-reset-backoff": str(
+                    rs.attempts
+                ),
+            }
+        )
+    if settings.metrics.prometheus_port:
+        # The wheel's plugins/metrics-prometheus: a cluster loads it from plugins/, a local
+        # run's mini-cluster from its class path (flink_compat.with_reporters). Its HTTP
+        # server binds every interface: the JVMs the project starts run under the loopback
+        # shim (pipelines.running.loopback), which makes it 127.0.0.1.
+        conf["metrics.reporter.prom.factory.class"] = PROMETHEUS_REPORTER
+        conf["metrics.reporter.prom.port"] = settings.metrics.prometheus_port
+    if settings.job.from_checkpoint:
+        conf["execution.state-recovery.path"] = settings.job.from_checkpoint
+    if jar_paths:
+        conf["pipeline.jars"] = ";".join(p.resolve().as_uri() for p in jar_paths)
+    return conf
+
+
+def create_environment(
+    settings: Settings, extra: dict[str, str] | None = None, uses: tuple[str, ...] | list[str] = ()
+):
+    """A StreamExecutionEnvironment configured from settings, jars checked first."""
+    from pyflink.common import Configuration
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    conf = Configuration()
+    # Under `flink run`, -pyexec names the TaskManagers' python (e.g. a container's venv),
+    # which may not exist where this client runs: kept. Elsewhere, this python.
+    given = StreamExecutionEnvironment.get_execution_environment()._j_stream_execution_environment
+    python = given.getConfiguration().toMap().get("python.executable")
+    flink_conf = flink_configuration(settings, jars.resolve(), python=python, uses=uses)
+    flink_conf["python.client.executable"] = sys.executable
+    for key, value in {**flink_conf, **(extra or {})}.items():
+        conf.set_string(key, value)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    # get_execution_environment(conf) on a running client context (flink run) keeps the
+    # cluster's settings; configure() applies ours on top in both cases.
+    env.configure(conf)
+    declare_uses(env, uses)  # the one declaration: the source sizes its polls by it
+    return env

@@ -1,0 +1,472 @@
+"""The async enrichment stage: slow lookups that never stall checkpoints or offset commits.
+
+A synchronous lookup of L seconds caps a slot at 1/L records/s and, because PyFlink
+flushes its bundle before every checkpoint barrier, holds every checkpoint (and so every
+offset commit) hostage. Async I/O keeps up to `capacity` lookups in flight; each record's
+fate on timeout or error is decided here:
+
+- a transient failure (timeout, connection refused, HTTP 5xx) is retried with backoff
+  (`retries`, `backoff`), each attempt bounded by `timeout`; then `enrichment.on_failure`:
+  `dead-letter` (the default: the record goes to dead letters with the reason, nothing is
+  emitted half-done and the job keeps running), `mark-missing` (emit it with
+  `enrichment: null` and the reason), or `fail` (the restart strategy takes over);
+- a permanent failure (the service says this record cannot be enriched, e.g. HTTP 4xx)
+  is not retried: the record goes to dead letters, whatever the policy;
+- an unexpected exception (a bug, or a record shaped in a way the code did not foresee)
+  dead-letters that record, and fails the job once `errors.max_unexpected_in_a_row`
+  records in a row have failed that way.
+
+Lookups, failed attempts, retries, records marked missing and dead letters are Flink
+metrics of the `enrich` operator (gauges: the async thread cannot update Beam counters),
+shown in the progress line and the Flink UI.
+
+The lookup itself is the job's: it passes a client factory (pipelines.lookups has the
+contract; pipelines.lookups.http_demo is the demo service's client). Nothing here knows a
+service's request shape or a record's fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pipelines.flink.compat import split_lines as split_in_jvm
+from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage's interface
+    ClientFactory,
+    EnrichmentClient,
+    EnrichmentFailed,
+    PermanentLookupError,
+    TransientLookupError,
+    has_batch_lookup,
+)
+from pipelines.records import jsontext
+from pipelines.records.lines import DEAD_MARK, join_lines, split_lines, split_meta
+from pipelines.records.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, RowParser, record_dead_letter
+from pipelines.settings import (
+    EnrichmentOperator,
+    EnrichmentSettings,
+    ErrorSettings,
+    OnFailure,
+    Settings,
+)
+from pipelines.settings.secrets import without_secrets
+
+
+class Coalescer:
+    """Lookups started in the same event-loop turn share one `client.lookup_batch` call.
+
+    A batch of records is looked up concurrently, so all of its lookups land in one turn:
+    one round trip instead of one per record. Each record still awaits its own result,
+    with its own timeout and retries (a retry joins the next round trip). The stage wraps
+    a client in this when the client offers `lookup_batch` and `enrichment.coalesce` is
+    true; the client never sees a single record's timeout.
+    """
+
+    def __init__(self, client):
+        self.client = client
+        self._pending: list[tuple[dict, asyncio.Future]] = []
+
+    async def lookup(self, record: dict) -> dict:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((record, future))
+        return await future
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        asyncio.ensure_future(self._send(pending))
+
+    async def lookup_batch(self, records: list[dict]) -> list:
+        """One round trip for `records`: one result per record, in order (a failed record's
+        entry is its exception), or an error for the whole call."""
+        results = list(await self.client.lookup_batch(records))
+        if len(results) != len(records):
+            raise RuntimeError(
+                f"lookup_batch answered {len(results)} results for {len(records)} records"
+            )
+        return results
+
+    async def _send(self, pending: list[tuple[dict, asyncio.Future]]) -> None:
+        try:
+            results = await self.lookup_batch([record for record, _ in pending])
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
+            for _, future in pending:
+                if not future.done():
+                    future.set_exception(
+                        exc if isinstance(exc, Exception) else TransientLookupError(repr(exc))
+                    )
+            return
+        for (_, future), result in zip(pending, results):
+            if future.done():  # timed out already
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def stage_client(client, cfg: EnrichmentSettings):
+    """The client as the stage calls it: coalesced when it can answer batches and
+    `coalesce` is on, as it is otherwise."""
+    return Coalescer(client) if cfg.coalesce and has_batch_lookup(client) else client
+
+
+class EnrichStats:
+    """Per-subtask counts, exposed as gauges of the enrich operator."""
+
+    NAMES = (
+        "lookups",
+        "lookupFailures",
+        "retries",
+        "markedMissing",
+        "deadLetters",
+        "unexpectedErrors",
+    )
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.NAMES, 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def register(self, runtime_context) -> None:
+        group = runtime_context.get_metrics_group()
+        for name in self.NAMES:
+            group.gauge(name, lambda name=name: self.counts[name])
+
+
+def rewrap(meta: str, out: str) -> str:
+    """An enriched record keeps its input record's Kafka metadata (pipelines.records.lines.META);
+    a dead letter goes out without it."""
+    return out if out.startswith(DEAD_MARK) else meta + out
+
+
+class RecordEnricher:
+    """One record through lookup, retries and the failure policy, to the text that goes
+    out: the enriched record, or a dead letter marked for SplitLines."""
+
+    def __init__(
+        self,
+        client: EnrichmentClient,
+        cfg: EnrichmentSettings,
+        job: str,
+        origin_field: str | None,
+        errors: ErrorSettings,
+        max_record_bytes: int,
+    ):
+        self.client = client
+        self.cfg = cfg
+        self.job = job
+        self.origin_field = origin_field
+        self.budget = ErrorBudget(errors, "enrich")
+        self.max_record_bytes = max_record_bytes
+        self.stats = EnrichStats()
+
+    def _dead(self, record: dict, reason: str) -> str:
+        self.stats.add("deadLetters")
+        return DEAD_MARK + record_dead_letter(
+            record, reason, self.job, "enrich", self.origin_field, self.max_record_bytes
+        )
+
+    async def one(self, record: dict, first: object = None) -> str:
+        """The record's text out. `first`, when given, is the outcome of its first attempt
+        made elsewhere (a profile, or the exception it raised): `many`'s one round trip."""
+        try:
+            out = await self._enrich(record, first)
+        except _Unexpected as wrapped:
+            self.stats.add("unexpectedErrors")
+            return self._dead(record, self.budget.failed(wrapped.__cause__ or wrapped))
+        return self._finish(record, out)
+
+    async def many(self, records: list[dict]) -> list[str]:
+        """A batch's texts out, in order. With a client that answers batches (coalesced),
+        every record's first attempt is one `lookup_batch` call bounded by the per-attempt
+        timeout, with no task, timer or future per record; only records whose first attempt
+        failed go through `one` for their retries. Otherwise each record goes through `one`,
+        all of them concurrently."""
+        if not isinstance(self.client, Coalescer) or len(records) < 2:
+            return await asyncio.gather(*map(self.one, records))
+        self.stats.add("lookups", len(records))
+        results: list[object]
+        try:
+            async with asyncio.timeout(self.cfg.timeout / 1000):
+                results = await self.client.lookup_batch(records)
+        except Exception as exc:  # noqa: BLE001 - each record's retries decide what it means
+            results = [exc] * len(records)
+        outs: list[str] = [""] * len(records)
+        failed = []
+        for i, (record, result) in enumerate(zip(records, results)):
+            if isinstance(result, Exception):
+                failed.append(i)
+            elif isinstance(result, BaseException):  # not a lookup's failure: not ours to catch
+                raise result
+            else:
+                outs[i] = self._finish(record, {**record, "enrichment": result})
+        if failed:
+            retried = await asyncio.gather(*(self.one(records[i], results[i]) for i in failed))
+            for i, text in zip(failed, retried):
+                outs[i] = text
+        return outs
+
+    def _finish(self, record: dict, out: dict | str) -> str:
+        if isinstance(out, str):  # a dead-letter reason
+            return self._dead(record, out)
+        self.budget.ok()
+        if self.cfg.trace_timing and "_timing" in out:
+            out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
+        text = jsontext.dumps(out)
+        if len(text) > self.max_record_bytes - DEAD_LETTER_OVERHEAD:
+            return self._dead(
+                record,
+                f"the enriched record ({len(text)} bytes) is over what "
+                f"the sink may write ({self.max_record_bytes} bytes)",
+            )
+        return text
+
+    def _failure(self, exc: Exception) -> tuple[bool, str]:
+        """(permanent, reason) of a failed attempt; a bug or an unforeseen record shape
+        raises _Unexpected."""
+        if isinstance(exc, asyncio.TimeoutError):
+            return False, f"timeout after {self.cfg.timeout} ms"
+        if isinstance(exc, PermanentLookupError):
+            return True, f"enrichment refused the record: {exc}"
+        if isinstance(exc, (EnrichmentFailed, OSError)):
+            return False, str(exc) or type(exc).__name__
+        raise _Unexpected() from exc
+
+    async def _enrich(self, record: dict, first: object = None) -> dict | str:
+        cfg = self.cfg
+        reason = "not attempted"
+        attempts = cfg.retries + 1
+        for attempt in range(1, attempts + 1):
+            if attempt == 1 and first is not None:
+                outcome = first
+            else:
+                self.stats.add("lookups")
+                try:
+                    async with asyncio.timeout(cfg.timeout / 1000):
+                        outcome = await self.client.lookup(record)
+                except Exception as exc:  # noqa: BLE001 - classified just below
+                    outcome = exc
+            if not isinstance(outcome, Exception):
+                return {**record, "enrichment": outcome}
+            permanent, reason = self._failure(outcome)
+            self.stats.add("lookupFailures")
+            if permanent:
+                return reason
+            if attempt < attempts:
+                self.stats.add("retries")
+                await asyncio.sleep(cfg.backoff * (2 ** (attempt - 1)) / 1000)
+        message = f"{reason} ({attempts} attempt{'s' if attempts > 1 else ''})"
+        if cfg.on_failure is OnFailure.FAIL:
+            raise EnrichmentFailed(f"enrichment of record {record.get('id')!r} failed: {message}")
+        if cfg.on_failure is OnFailure.DEAD_LETTER:
+            return f"enrichment unavailable: {message}"
+        self.stats.add("markedMissing")
+        return {**record, "enrichment": None, "enrichment_error": message}
+
+
+class _Unexpected(Exception):
+    """Carries an unexpected exception (as __cause__) out of the retry loop."""
+
+
+def worst_case_ms(cfg: EnrichmentSettings) -> int:
+    """How long one record can take through all attempts and backoffs."""
+    backoffs = sum(cfg.backoff * (2**i) for i in range(cfg.retries))
+    return (cfg.retries + 1) * cfg.timeout + backoffs
+
+
+def enricher_for(
+    settings: Settings, client_factory: ClientFactory, coalesce: bool = True
+) -> RecordEnricher:
+    """The stage's record enricher over a client the job's factory makes, coalesced (see
+    `stage_client`) unless `coalesce` is False. Called where the client is used: on the
+    worker, when an operator opens."""
+    client = client_factory(settings)
+    if coalesce:
+        client = stage_client(client, settings.enrichment)
+    return RecordEnricher(
+        client,
+        settings.enrichment,
+        settings.job.name,
+        settings.parse.origin_field,
+        settings.errors,
+        settings.sink.max_record_bytes(settings.kafka),
+    )
+
+
+def make_async_function(settings: Settings, client_factory: ClientFactory):
+    """PyFlink AsyncFunction over one JSON record per element, as PyFlink documents it."""
+    from pyflink.datastream.functions import AsyncFunction
+
+    cfg = settings.enrichment
+
+    class Enrich(AsyncFunction):
+        def open(self, runtime_context):
+            # The client's connections are made lazily on the operator's event-loop thread.
+            self.enricher = enricher_for(settings, client_factory)
+            self.enricher.stats.register(runtime_context)
+
+        async def async_invoke(self, value: str):
+            meta, text = split_meta(value)
+            return [rewrap(meta, await self.enricher.one(jsontext.loads(text)))]
+
+        def timeout(self, value: str):
+            # Only reached if the record overruns its own bound: treat like any failure.
+            if cfg.on_failure is OnFailure.FAIL:
+                raise EnrichmentFailed(f"enrichment overran {worst_case_ms(cfg)} ms")
+            meta, text = split_meta(value)
+            record = jsontext.loads(text)
+            if cfg.on_failure is OnFailure.DEAD_LETTER:
+                return [self.enricher._dead(record, "enrichment overran its overall timeout")]
+            return [
+                meta
+                + jsontext.dumps(
+                    {**record, "enrichment": None, "enrichment_error": "overall timeout"}
+                )
+            ]
+
+    return Enrich()
+
+
+def make_batch_async_function(settings: Settings, client_factory: ClientFactory):
+    """An AsyncFunction over batches (pipelines.stages: one JSON record per line): every
+    record of a batch looked up concurrently, each with its own timeout and retries, and
+    the batch's results sent back as one element, one per line, dead letters marked
+    (pipelines.flink.SplitLines takes them apart in the JVM)."""
+    from pyflink.datastream.functions import AsyncFunction
+
+    class EnrichBatch(AsyncFunction):
+        def open(self, runtime_context):
+            self.enricher = enricher_for(settings, client_factory)
+            self.enricher.stats.register(runtime_context)
+
+        async def async_invoke(self, value: str):
+            metas, records = [], []
+            for line in split_lines(value):
+                meta, text = split_meta(line)
+                metas.append(meta)
+                records.append(jsontext.loads(text))
+            outs = await self.enricher.many(records)
+            return [join_lines(map(rewrap, metas, outs))]
+
+    return EnrichBatch()
+
+
+def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory):
+    """The batched operator with the parse inside it: an AsyncFunction over batches of Kafka
+    rows that parses each row as `pipelines.records.parse` does and looks the valid ones up, all in
+    one call of the Python worker. Against a parse stage followed by `EnrichBatch` it saves
+    a batch's second crossing of the Java/Python boundary and the second JSON parse of
+    every record (30% of the worker's time in the profile). Its one element out holds the
+    enriched records and both stages' dead letters, marked (each names its stage)."""
+    from pyflink.datastream.functions import AsyncFunction
+
+    class ParseEnrichBatch(AsyncFunction):
+        def open(self, runtime_context):
+            self.parser = RowParser(
+                settings.parse,
+                settings.faults,
+                settings.job.name,
+                subtask=runtime_context.get_index_of_this_subtask(),
+                trace_timing=settings.enrichment.trace_timing,
+                errors=settings.errors,
+                dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
+                carry_metadata=True,
+            )
+            self.enricher = enricher_for(settings, client_factory)
+            self.enricher.stats.register(runtime_context)
+
+        async def async_invoke(self, rows):
+            lines, metas, records = [], [], []
+            parsed = self.parser.record
+            for row in rows:
+                got = parsed(row)
+                if isinstance(got, str):
+                    self.enricher.stats.add("deadLetters")  # the operator's one count of them
+                    lines.append(DEAD_MARK + got)
+                else:
+                    metas.append(got[0])
+                    records.append(got[1])
+            if records:
+                lines.extend(map(rewrap, metas, await self.enricher.many(records)))
+            return [join_lines(lines)]
+
+    return ParseEnrichBatch()
+
+
+def make_sync_function(settings: Settings, client_factory: ClientFactory):
+    """A blocking lookup per record: the reports' way. For comparison only."""
+    from pyflink.datastream.functions import MapFunction
+
+    class EnrichSync(MapFunction):
+        def open(self, runtime_context):
+            self.loop = asyncio.new_event_loop()
+            self.enricher = enricher_for(settings, client_factory, coalesce=False)
+            self.enricher.stats.register(runtime_context)
+
+        def map(self, value: str) -> str:
+            meta, text = split_meta(value)
+            out = self.loop.run_until_complete(self.enricher.one(jsontext.loads(text)))
+            return rewrap(meta, out)
+
+        def close(self):
+            self.loop.run_until_complete(self.enricher.client.close())
+            self.loop.close()
+
+    return EnrichSync()
+
+
+def apply_enrichment(
+    stream,
+    settings: Settings,
+    client_factory: ClientFactory,
+    uids: tuple[str, str, str] = ("enrich", "enriched", "enrich-dead-letters"),
+    parse_first: bool = False,
+):
+    """Wire the enrichment stage into the stream the parse step produced, looking records
+    up with the clients `client_factory(settings)` makes (one per worker), from settings
+    without Kafka credentials. Returns (enriched records, dead letters), both streams of
+    JSON text; `uids` names the stage, its records and its dead letters. With
+    `parse_first` (the batched operator only) the stream holds batches of Kafka rows and
+    the stage parses them itself (`make_parse_enrich_function`); its dead letters are then
+    the parse's and the lookups'."""
+    from pyflink.common import Time, Types
+    from pyflink.datastream import AsyncDataStream
+
+    settings = without_secrets(settings)  # what the pickled functions below carry
+    cfg = settings.enrichment
+    wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
+    if cfg.operator is EnrichmentOperator.SYNC:
+        out = stream.map(make_sync_function(settings, client_factory), output_type=Types.STRING())
+    elif cfg.operator is EnrichmentOperator.ASYNC:
+        # As PyFlink documents it: one element per record, Flink's own timeout per record
+        # (each starts a threading.Timer), `timeout()` applying the failure policy.
+        overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
+        out = wait(
+            stream,
+            make_async_function(settings, client_factory),
+            overall,
+            cfg.capacity,
+            Types.STRING(),
+        )
+    else:
+        # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.
+        make = make_parse_enrich_function if parse_first else make_batch_async_function
+        out = wait(
+            stream,
+            make(settings, client_factory),
+            Time.milliseconds(0),
+            cfg.elements_in_flight(),
+            Types.STRING(),
+        )
+    stage, enriched, dead_letters = uids
+    out = out.name(stage).uid(stage)
+    records = split_in_jvm(out, keep_marked=False).name(enriched).uid(enriched)
+    dead = split_in_jvm(out, keep_marked=True).name(dead_letters).uid(dead_letters)
+    return records, dead

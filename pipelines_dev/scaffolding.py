@@ -1,0 +1,155 @@
+"""`pipelines-dev new`: a job copied under a new name, with its config and two tests.
+
+`new` writes four files (job module, base config, a fast pipelines.testing test, a Kafka
+smoke test) or none: every check runs before the first write. The tests come from real
+files in pipelines_dev/scaffold (formatted and linted like the code); only the job's
+name changes in them, and in the config only the names a job must own.
+"""
+
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+import pipelines.beam as beam_package
+import pipelines.jobs as jobs_package
+from pipelines.beam import names as beam_names
+from pipelines.jobs import NAME, names
+from pipelines.running.paths import PROJECT_ROOT
+from pipelines.settings import ConfigError
+
+
+@dataclass(frozen=True)
+class NewJob:
+    module: Path
+    config: Path
+    test: Path
+    logic_test: Path | None = None  # pipelines.testing, no Kafka (Flink jobs)
+
+    @property
+    def files(self) -> list[Path]:
+        return [p for p in (self.module, self.config, self.logic_test, self.test) if p]
+
+
+def _config_for(name: str, source: dict) -> dict:
+    """The template's config with every name a job must own replaced by the new job's."""
+    conf = yaml.safe_load(yaml.safe_dump(source))
+    conf["job"]["name"] = name
+    conf["source"]["topics"] = [f"{name}-in"]
+    conf["source"]["group_id"] = name
+    conf["sink"]["topic"] = f"{name}-out"
+    conf["sink"]["transactional_id_prefix"] = name
+    if conf["sink"].get("dead_letter_topic"):
+        conf["sink"]["dead_letter_topic"] = f"{name}-dead-letters"
+    if conf.get("window", {}).get("late_topic"):
+        conf["window"]["late_topic"] = f"{name}-late"
+    return conf
+
+
+SCAFFOLD = Path("pipelines_dev", "scaffold")  # under the project root
+PLACEHOLDER = "TEMPLATE_JOB"  # the job's name in every scaffold file
+
+
+def _smoke_test_kind(module_text: str, conf: dict) -> str:
+    """Which generated test fits a job: windows are counted, lookups need the demo
+    service, and a plain copy is checked record for record."""
+    if conf.get("window"):
+        return "windowed"
+    if "stages.enrich(" in module_text or "stages.parse_and_enrich(" in module_text:
+        return "enrich"
+    return "copy"
+
+
+def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> NewJob:
+    """Copy job `template` (any job in `root`'s pipelines/jobs) as `name`: the module as it
+    is (a job's name is its module's, so nothing in it changes), its config with the names
+    the new job must own, and a smoke test."""
+    # pipelines.jobs.<name> becomes an attribute of the package when imported: a job called
+    # `load` or `names` would replace the function of that name, and break every command.
+    host = beam_package if template.startswith("beam-") else jobs_package
+    taken = {n for n in vars(host) if NAME.fullmatch(n)} - set(names()) - set(beam_names())
+    if name in taken:
+        raise ConfigError(
+            f"job name {name!r} is not allowed: it would replace {host.__name__}.{name}, "
+            f"which the project uses; choose another, e.g. {name}_job"
+        )
+    if keyword.iskeyword(name) or not NAME.fullmatch(name):
+        raise ConfigError(
+            f"job name {name!r} is not allowed: use a lowercase Python identifier "
+            f"(letters, digits, underscores; starting with a letter), e.g. orders_enrich"
+        )
+    beam = template.startswith("beam-")
+    templates = names(root / "pipelines" / "jobs") + [
+        f"beam-{n}" for n in beam_names(root / "pipelines" / "beam")
+    ]
+    if template not in templates:
+        raise ConfigError(f"--from {template!r} is not a job; allowed: {', '.join(templates)}")
+    source_name = template.removeprefix("beam-")
+    package = root / "pipelines" / ("beam" if beam else "jobs")
+    target = NewJob(
+        module=package / f"{name}.py",
+        config=root / "conf" / "base" / f"{name}.yaml",
+        test=root / "tests" / "integration" / f"test_{'beam_' if beam else ''}job_{name}.py",
+        logic_test=None if beam else root / "tests" / "unit" / f"test_job_{name}_logic.py",
+    )
+    existing = [str(p.relative_to(root)) for p in target.files if p.exists()]
+    if existing:
+        raise ConfigError(
+            f"job {name!r} exists already ({', '.join(existing)}); nothing was written"
+        )
+
+    module = (package / f"{source_name}.py").read_text()
+    base_conf = yaml.safe_load((root / "conf" / "base" / f"{source_name}.yaml").read_text())
+    config = (
+        f"# {name}: created from conf/base/{source_name}.yaml by `pipelines-dev new`. It owns its\n"
+        f"# topics, group id and transactional id prefix; change them together.\n"
+        + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False)
+        + (SECTION_EXAMPLE_YAML if not beam else "")
+    )
+    if not beam:
+        module = with_section_example(module, _scaffold(root, "section_example.py", name))
+    kind = "beam" if beam else _smoke_test_kind(module, base_conf)
+    test = _scaffold(root, f"smoke_{kind}.py", name)
+    logic = None if target.logic_test is None else _scaffold(root, f"logic_{kind}.py", name)
+
+    # Every file read and every check made: now the writes.
+    target.module.write_text(module)
+    target.config.write_text(config)
+    target.test.write_text(test)
+    if target.logic_test is not None and logic is not None:
+        target.logic_test.write_text(logic)
+    return target
+
+
+SECTION_MARKER = "# --- example ---\n"
+SECTION_EXAMPLE_YAML = """
+# This job's own settings: a section its module declares (see the commented Pricing model
+# in its module, and docs/configuration.md). A secret is a reference, never its value.
+# pricing:
+#   table: conf/prices.csv
+#   api_token: ${env:PRICING_TOKEN}
+"""
+
+
+def with_section_example(module: str, example: str) -> str:
+    """`module` with the scaffold's example of a job's own settings, commented out, above
+    its first top-level function (the module is otherwise the template's, unchanged)."""
+    block = example.split(SECTION_MARKER, 1)[1]
+    commented = "".join(
+        "#\n" if not line.strip() else line if line.startswith("#") else f"# {line}"
+        for line in block.splitlines(keepends=True)
+    )
+    if commented.splitlines()[0] in module:  # a copy of a copy has it already
+        return module
+    at = module.find("\ndef ")
+    if at < 0:
+        return module + "\n\n" + commented
+    return module[: at + 1] + commented + "\n\n" + module[at + 1 :]
+
+
+def _scaffold(root: Path, file: str, name: str) -> str:
+    """A scaffold file for job `name`: its placeholder replaced, nothing else."""
+    return (root / SCAFFOLD / file).read_text().replace(PLACEHOLDER, name)
