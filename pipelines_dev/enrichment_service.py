@@ -185,10 +185,10 @@ class Service:
 
     @property
     def pid_file(self) -> PidFile:
+        # The module's name without its package: a service started before the package
+        # moved (pipelines.devtools) is still recognised, and stopped, by `down`.
         return PidFile(
-            self.state_dir / f"service-{self.port}.pid",
-            "pipelines_dev.enrichment_service",
-            "enrich  ",
+            self.state_dir / f"service-{self.port}.pid", "enrichment_service", "enrich  "
         )
 
     def _get(self, path: str, timeout: float = 1.0) -> dict | None:
