@@ -109,6 +109,8 @@ def test_deploy_image_runs_the_enrich_job_with_checkpoints_on_a_volume(
         f"127.0.0.1:{service_port}:8080",
         "-v",
         f"{ROOT / 'pipelines'}:/src/pipelines:ro",
+        "-v",
+        f"{ROOT / 'pipelines_dev'}:/src/pipelines_dev:ro",
         "-w",  # `python -m` puts the working directory first on the path
         "/src",
         deploy_image,
