@@ -307,3 +307,13 @@ def test_checkpoint_storage_is_resolved_where_the_job_runs(tmp_path):
         "enrich", environ={}, overrides=[f"checkpoint.storage={tmp_path}/cp/{{job}}"]
     ).settings
     assert checkpoint_dir(custom) == f"file://{tmp_path}/cp/enrich"
+
+
+def test_the_job_command_names_exactly_the_developer_commands():
+    """`pipelines` cannot import the tooling, so it names the developer commands it points
+    at `pipelines-dev`; this keeps that list the tooling's own."""
+    from pipelines.cli import DEVELOPER_COMMANDS, HANDLERS
+    from pipelines_dev import commands
+
+    assert set(DEVELOPER_COMMANDS) == set(commands.HANDLERS)
+    assert not set(DEVELOPER_COMMANDS) & set(HANDLERS)
