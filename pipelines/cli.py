@@ -196,9 +196,10 @@ def main(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     private_files()
     install_cli_handler()
-    developer_command = refused_developer_command(argv if argv is not None else sys.argv[1:])
-    if parser is None and developer_command:
-        print(developer_command, file=sys.stderr)
+    if parser is None and (
+        refused := refused_developer_command(sys.argv[1:] if argv is None else argv)
+    ):
+        print(refused, file=sys.stderr)
         return 2
     args = (parser or build_parser()).parse_args(argv)
     args.mask = SecretMask()  # learns each config's secrets as it is loaded (loading.load)

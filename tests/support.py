@@ -277,14 +277,19 @@ def run_python(script: str, timeout: float = 120) -> subprocess.CompletedProcess
     )
 
 
+def cli_for(args) -> list[str]:
+    """The command a user types for these arguments: `pipelines-dev` for a developer
+    command, `pipelines` for a job command."""
+    return CLI if args and args[0] in DEVELOPER_COMMANDS else JOB_CLI
+
+
 def run_cli(
     *args: str, timeout: float = 300, env: dict | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
     """Run `pipelines ...` (a job command) or `pipelines-dev ...` (a developer command) as a
     user would, in a session of its own; on timeout its whole tree is ended and its output
     is part of the failure."""
-    command = CLI if args and args[0] in DEVELOPER_COMMANDS else JOB_CLI
-    started = Started([*command, *args], env=env, separate_stderr=True)
+    started = Started([*cli_for(args), *args], env=env, separate_stderr=True)
     code = started.wait(timeout)
     LIVE.remove(started)
     out, err = (

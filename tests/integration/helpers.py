@@ -8,17 +8,15 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipelines.cli import DEVELOPER_COMMANDS
 from pipelines.shipping import jars
 from pipelines_dev.ports import free_ports
-from tests.support import CLI, PROGRESS, ROOT, Started
+from tests.support import CLI, PROGRESS, ROOT, Started, cli_for
 
 
 class RunningJob(Started):
@@ -102,9 +100,8 @@ def fresh_copy(tmp_path, kafka: str | None = None):
 
 def cli(copy, env, *args, timeout=60):
     """`pipelines ...` or, for a developer command, `pipelines-dev ...` in a copy."""
-    module = "pipelines_dev.commands" if args and args[0] in DEVELOPER_COMMANDS else "pipelines.cli"
     return subprocess.run(
-        [sys.executable, "-m", module, *args],
+        [*cli_for(args), *args],
         cwd=copy,
         env=env,
         capture_output=True,
