@@ -8,6 +8,10 @@ STAMP  := $(VENV)/.installed
 JOB    ?= enrich
 RECORDS ?= 2000
 PYTEST_ARGS ?=
+# The full suite as two workers: the modules tests/conftest.py keeps BESIDE_THE_REST on one,
+# the rest on the other (their waits overlap); output captured per test, shown on failure.
+# TEST_WORKERS= runs it in one process, as before.
+TEST_WORKERS ?= -n 2 --dist loadgroup --capture=fd
 
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
@@ -90,13 +94,13 @@ topology-down: venv ## remove every container and the network of the topology
 check: lint test-unit ## what a fork runs on every push: lint, types, unit tests and every job's pipelines.testing tests (no broker, no Docker, no cluster; < 5 min)
 
 test: venv jars beam-setup images prometheus ## set everything up and run the whole test suite (before a release)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-unit: venv prometheus ## unit tests only (no broker, no cluster)
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 test-integration: venv jars beam-setup images prometheus ## integration tests only
-	$(PY) -m pytest -m "integration or cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest $(TEST_WORKERS) -m "integration or cluster" $(PYTEST_ARGS)
 
 bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's measured limit, then latency, a 10-minute soak and the profiles: tables, JSON, PNGs, flame graphs in bench/results
 	$(PY) -m bench.compare

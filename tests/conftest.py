@@ -47,6 +47,36 @@ def pytest_runtest_makereport(item, call):
             report.sections.append((f"last output of {' '.join(started.args[3:5])}", tail))
 
 
+# `make test` runs the suite as two pytest workers (pytest-xdist, --dist loadgroup): these
+# modules on one, every other module on the other, so the long waits of the topology's
+# faults, Beam's runners and the fresh copies overlap the rest. A module here must hold no
+# fixed-port local service another test shares (the standalone cluster on 8081, the
+# Prometheus on 9090): each worker has its own session broker, free ports, unique names.
+BESIDE_THE_REST = frozenset(
+    {
+        "test_topology.py",
+        "test_beam.py",
+        "test_templates.py",
+        "test_secure_kafka.py",
+        "test_stopping.py",
+    }
+)
+SHARED_FIXED_PORT_FIXTURES = frozenset({"flink_cluster"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        beside = item.path.name in BESIDE_THE_REST
+        shared = SHARED_FIXED_PORT_FIXTURES.intersection(item.fixturenames)
+        if beside and shared:
+            raise pytest.UsageError(
+                f"{item.nodeid} runs beside the rest (tests/conftest.py BESIDE_THE_REST) "
+                f"but uses {', '.join(sorted(shared))}, a fixed-port service the other "
+                "worker shares: move the module out of BESIDE_THE_REST"
+            )
+        item.add_marker(pytest.mark.xdist_group("beside" if beside else "rest"))
+
+
 def pytest_sessionfinish(session, exitstatus):
     _OWNED_GATEWAY.__exit__(None, None, None)
     disconnect_gateway()
