@@ -16,7 +16,7 @@ TEST_WORKERS ?= -n 2 --dist loadgroup --capture=fd
 .DEFAULT_GOAL := help
 .PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
-        check test test-unit test-integration bench bench-quick bench-latency bench-soak wrk profile \
+        check test test-unit test-integration bench bench-inner-loop bench-quick bench-latency bench-soak wrk profile \
         bench-operators chaos chaos-smoke mutation lint format clean
 
 help: ## list the targets
@@ -108,6 +108,7 @@ bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's 
 	$(PY) -m bench.soak
 	$(PY) -m bench.profile --case enrich-50ms
 	$(PY) -m bench.profile --case copy-json
+	$(PY) -m bench.inner_loop
 
 bench-soak: venv jars kafka-up ## enrich held at 50% of make bench's rate for 10 minutes: memory, checkpoint duration, backlog over time
 	$(PY) -m bench.soak $(SOAK_ARGS)
@@ -132,6 +133,9 @@ chaos: venv jars images ## every fault x 3 trials x 50,000 records on the topolo
 
 chaos-smoke: venv jars images ## each fault once, passthrough, 3,000 records (what the tests run)
 	$(PY) -m bench.chaos --smoke
+
+bench-inner-loop: venv jars ## a job's pipelines.testing test, the first of a session and each after it: shared mini-cluster vs one per run (bench/results/inner-loop.*)
+	$(PY) -m bench.inner_loop
 
 bench-operators: venv jars kafka-up ## the enrichment operators (sync, async, batched) side by side
 	$(PY) -m bench.operators

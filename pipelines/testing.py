@@ -29,6 +29,12 @@ from types import ModuleType
 from typing import Any
 
 from pipelines import jobs
+from pipelines.flink.compat import (
+    in_process_worker_boot,
+    in_process_worker_pool,
+    mini_cluster_port,
+    start_mini_cluster,
+)
 from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
 from pipelines.lookups import ClientFactory
 from pipelines.records.lines import key_of, split_meta
@@ -38,6 +44,12 @@ from pipelines.stages import graph_of
 __all__ = ["TOPIC", "Output", "Record", "Written", "run", "settings_for"]
 
 TOPIC = "input"
+# The shared mini-cluster's slots: a job needing more (its parallelism above this) runs on
+# a mini-cluster of its own, as PyFlink's local target starts one.
+SLOTS = 4
+# False: every run on a mini-cluster of its own, started and stopped around it (PyFlink's
+# local target; `make bench-inner-loop` measures both).
+SHARED_CLUSTER = True
 _TAG = "\x02"  # between a collected element's sink name and its JSON text
 _RAW_TAG = "\x03"  # between a collected element's sink name and its raw row's key and value
 
@@ -124,7 +136,7 @@ def run(
     settings = settings.model_copy(update={"metrics": MetricsSettings(prometheus_port=None)})
     # PyFlink fuses chained Python operators, and a fused collecting map took over the uid of
     # the side output before it ("Hash collision on user-specified ID"): kept apart here.
-    extra = {**MINI_CLUSTER_ON_LOOPBACK, "python.operator-chaining.enabled": "false"}
+    extra = {**_cluster_for(settings), "python.operator-chaining.enabled": "false"}
     env = create_environment(settings, extra, uses=jobs.uses(module) if module else ())
     graph = graph_of(env)
     graph.test_rows = _rows(inputs)
@@ -155,6 +167,40 @@ def run(
         os.environ.clear()
         os.environ.update(saved)
     return out
+
+
+# The mini-cluster of this process every run submits to, with the gateway it runs in.
+_SHARED: dict[str, Any] = {}
+
+
+def _cluster_for(settings: Settings) -> dict[str, str]:
+    """Where a run's job goes: the process's one mini-cluster, started by its first run
+    and reused by the rest (a mini-cluster of its own, started and stopped around each
+    job, cost a second or more of every run), its Python operators in threads of this
+    process (the worker pool PyFlink's local target uses), not a worker process per job."""
+    # Started here, on loopback, before PyFlink's local target would start it on [::].
+    pool = in_process_worker_pool()
+    if not SHARED_CLUSTER or settings.job.parallelism > SLOTS:
+        return dict(MINI_CLUSTER_ON_LOOPBACK)
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    if _SHARED.get("gateway") is not gateway:  # the first run, or its JVM was ended since
+        cluster = start_mini_cluster(MINI_CLUSTER_ON_LOOPBACK, SLOTS)
+        _SHARED.update(
+            gateway=gateway,
+            cluster=cluster,
+            conf={
+                "execution.target": "remote",
+                "rest.address": "127.0.0.1",
+                "rest.port": str(mini_cluster_port(cluster)),
+                "python.loopback-server.address": pool,
+                # Its workers handed to the pool by a shell script, not PyFlink's beam_boot
+                # (a Python process importing apache_beam for each job: 1.5-2 s of a run).
+                "python.executable": str(in_process_worker_boot()),
+            },
+        )
+    return dict(_SHARED["conf"])
 
 
 def _resolve(job: str | ModuleType | Callable) -> tuple[Callable, ModuleType | None]:

@@ -7,6 +7,7 @@ import importlib.metadata
 import struct
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,14 @@ def test_the_python_names_it_patches_or_reads_exist():
     assert "is_connected" in GatewayClient.__init__.__code__.co_names
     builder = kafka.KafkaSource.builder()
     assert hasattr(builder, "_j_builder")
+    from pyflink.fn_execution.beam.beam_worker_pool_service import (
+        BeamFnLoopbackWorkerPoolServicer,
+    )
+
+    assert callable(BeamFnLoopbackWorkerPoolServicer.StartWorker)
+    # in_process_worker_boot stands in for `$python` in the runner's one boot line
+    runner = Path(kafka.__file__).parents[2] / "bin" / "pyflink-udf-runner.sh"
+    assert "${python} -m pyflink.fn_execution.beam.beam_boot $@" in runner.read_text()
 
 
 def test_the_java_members_it_calls_exist():
@@ -63,6 +72,12 @@ def test_the_java_members_it_calls_exist():
         "org.apache.flink.core.execution.SavepointFormatType",
     ]
     assert jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL is not None
+    builder = _java_class("org.apache.flink.runtime.minicluster.MiniClusterConfiguration$Builder")
+    assert {"setConfiguration", "setNumTaskManagers", "setNumSlotsPerTaskManager"} <= {
+        m.getName() for m in builder.getMethods()
+    }
+    cluster = _java_class("org.apache.flink.runtime.minicluster.MiniCluster")
+    assert {"start", "getRestAddress", "close"} <= {m.getName() for m in cluster.getMethods()}
     result = _java_class("org.apache.flink.api.common.JobExecutionResult")
     assert "isJobExecutionResult" in {m.getName() for m in result.getMethods()}
 
