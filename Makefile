@@ -158,10 +158,10 @@ format: venv ## sort imports and format the code (ruff)
 	$(PY) -m ruff format pipelines pipelines_dev tests bench
 
 clean: ## stop local services and remove local state (.local, jars/lib)
+	-$(DEV) docker down  # first: no process group holds a container (.ci/run bounds this target)
 	-$(DEV) cluster down
 	-PIPELINES_FLINK_DIR=.local/flink-second $(DEV) cluster down
 	-$(DEV) enrichment down
 	-$(DEV) prometheus down
 	-$(DEV) kafka down
-	-$(DEV) docker down
 	rm -rf .local jars/lib jars/build

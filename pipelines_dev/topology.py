@@ -56,6 +56,7 @@ from pipelines_dev.containers import (
     _link_or_copy,
     docker,
     image_inputs,
+    remove_containers,
 )
 from pipelines_dev.flink_cluster import rest_overview
 from pipelines_dev.kafka_tls import write_secret
@@ -762,7 +763,7 @@ class Topology:
         label = f"label={TOPOLOGY_LABEL}={self.name}"
         ids = docker("ps", "-aq", "--filter", label, check=False).split()
         if ids:
-            docker("rm", "-f", "-v", *ids, check=False, timeout=120)
+            remove_containers(ids)
             removed += [f"{len(ids)} containers"]
         for net in docker("network", "ls", "-q", "--filter", label, check=False).split():
             docker("network", "rm", net, check=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +48,7 @@ def pytest_runtest_makereport(item, call):
             report.sections.append((f"last output of {' '.join(started.args[3:5])}", tail))
 
 
-# `make test` runs the suite as two pytest workers (pytest-xdist, --dist loadgroup): these
+# `make test` runs the suite as two pytest workers (pytest-xdist, `--dist loadgroup`): these
 # modules on one, every other module on the other, so the long waits of the topology's
 # faults, Beam's runners and the fresh copies overlap the rest. A module here must hold no
 # fixed-port local service another test shares (the standalone cluster on 8081, the
@@ -64,17 +65,35 @@ BESIDE_THE_REST = frozenset(
 SHARED_FIXED_PORT_FIXTURES = frozenset({"flink_cluster"})
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        beside = item.path.name in BESIDE_THE_REST
-        shared = SHARED_FIXED_PORT_FIXTURES.intersection(item.fixturenames)
-        if beside and shared:
-            raise pytest.UsageError(
-                f"{item.nodeid} runs beside the rest (tests/conftest.py BESIDE_THE_REST) "
-                f"but uses {', '.join(sorted(shared))}, a fixed-port service the other "
-                "worker shares: move the module out of BESIDE_THE_REST"
-            )
-        item.add_marker(pytest.mark.xdist_group("beside" if beside else "rest"))
+def half_of(nodeid: str) -> str:
+    """The worker's share a test belongs to: "beside" or "rest"."""
+    return "beside" if Path(nodeid.split("::")[0]).name in BESIDE_THE_REST else "rest"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` as the two halves above. xdist's own loadgroup reads
+    `xdist_group` marks into each test's id, which pytest 9 no longer lets it change
+    (measured: one module's tests went to both workers, two topologies ran at once)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoHalves(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return half_of(nodeid)
+
+    return TwoHalves(config, log)
+
+
+def pytest_itemcollected(item):
+    shared = SHARED_FIXED_PORT_FIXTURES.intersection(item.fixturenames)
+    if shared and half_of(item.nodeid) == "beside":
+        raise pytest.UsageError(
+            f"{item.nodeid} runs beside the rest (tests/conftest.py BESIDE_THE_REST) "
+            f"but uses {', '.join(sorted(shared))}, a fixed-port service the other "
+            "worker shares: move the module out of BESIDE_THE_REST"
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):
