@@ -283,7 +283,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 exec 3<>/dev/tcp/127.0.0.1/{port} || exit 1
-{{ printf '%s\\0' "$(cat "$(dirname "$0")/token")" "$id" "$provision" "$semi"; env -0; printf '\\0'; }} >&3
+{{
+  printf '%s\\0' "$(cat "$(dirname "$0")/token")" "$id" "$provision" "$semi"
+  for name in $(compgen -e); do printf '%s=%s\\0' "$name" "${{!name}}"; done  # the environment
+  printf '\\0'
+}} >&3
 read -r -u 3 status
 exit "${{status:-1}}"
 """
