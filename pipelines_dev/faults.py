@@ -675,9 +675,13 @@ def run_trial(
             f"{type(exc).__name__}: {exc}" if not isinstance(exc, ChaosError) else str(exc)
         )
     finally:
-        producer.done.wait(timeout=600)
+        # Only what started: a submission that failed started neither, and joining the
+        # reader then raised over the trial's own error (and `done` was waited 10 minutes).
+        if producer.ident is not None:
+            producer.done.wait(timeout=600)
         reader.stop.set()
-        reader.join(timeout=30)
+        if reader.ident is not None:
+            reader.join(timeout=30)
         if ctx.job_id:
             try:
                 _run_cli(

@@ -68,14 +68,28 @@ def create_topics(bootstrap: Broker, topics: dict[str, int], timeout: float = 30
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
-    # Wait for the topics created here (an existing one keeps its own partition count).
+    # Wait for the topics created here (an existing one keeps its own partition count),
+    # each partition with a leader.
     created = {t.topic: t.num_partitions for t in wanted}
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         meta = client.list_topics(timeout=timeout).topics
-        if all(t in meta and len(meta[t].partitions) == n for t, n in created.items()):
+        if all(_ready(meta.get(t), n) for t, n in created.items()):
             return
+        if time.monotonic() > deadline:
+            late = sorted(t for t, n in created.items() if not _ready(meta.get(t), n))
+            raise KafkaException(f"topics created but without a leader for every partition "
+                                 f"after {timeout:.0f} s: {', '.join(late)}")  # fmt: skip
         time.sleep(0.1)
+
+
+def _ready(meta, partitions: int) -> bool:
+    return (
+        meta is not None
+        and meta.error is None
+        and len(meta.partitions) == partitions
+        and all(p.leader >= 0 for p in meta.partitions.values())
+    )
 
 
 def delete_topics(bootstrap: Broker, topics: Iterable[str], timeout: float = 30.0) -> None:
@@ -109,10 +123,17 @@ def produce(
 
     spread = None
     if partition is None and (keys is None if round_robin is None else round_robin):
-        meta = producer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            why = meta.error.str() if meta is not None else "not found"
-            raise ProduceError(f"produce to {topic}: {why}")
+        # The broker asked may not know a topic just created elsewhere yet (3 brokers on a
+        # busy machine: "Unknown topic or partition" a moment after it was created).
+        deadline = time.monotonic() + 30
+        while True:
+            meta = producer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                break
+            if time.monotonic() > deadline:
+                why = meta.error.str() if meta is not None and meta.error else "not found"
+                raise ProduceError(f"produce to {topic}: {why}")
+            time.sleep(0.2)
         spread = len(meta.partitions)
     stamps = iter(timestamps) if timestamps is not None else None
     key_iter = iter(keys) if keys is not None else None
