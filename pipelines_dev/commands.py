@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -176,20 +178,35 @@ def _submit(args) -> int:
     client's output is streamed and the job id printed as soon as the cluster accepts it;
     Ctrl-C or SIGTERM ends the client, says that the job keeps running and how to stop it
     (or, with --stop-on-exit, stops it with a savepoint)."""
-    import subprocess
-
     local = Cluster()
     jm = JobManager(args.jobmanager or local.url.removeprefix("http://"))
     if not jm.answers():
         hint = "start one with `make cluster-up`" if not args.jobmanager else "is it running?"
         raise Failure(f"no Flink JobManager answers at {jm.url}: {hint}")
     loaded = prepare(args.job, args)
-    settings = loaded.settings
-    prefix = transactional_identity(settings)
+    prefix = transactional_identity(loaded.settings)
     refuse_second_copy(jm, args.job, prefix)
+    # A directory per submission: two submits of one job at once (two CI jobs, two
+    # terminals) each replaced the other's package while its client read it. The cluster
+    # has what it needs once the client is done (the client ships the sources and jars
+    # with the job graph), so it goes when submit ends.
+    packages = local_state("packages")
+    packages.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=f"{args.job}-", dir=packages))
+    try:
+        return _submit_package(args, jm, loaded, prefix, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _submit_package(args, jm: JobManager, loaded, prefix: str, root: Path) -> int:
+    import subprocess
+
+    settings = loaded.settings
+    local = Cluster()
     package = package_job(
         loaded,
-        local_state("packages", args.job),
+        root,
         python=args.python or sys.executable,
         flink=flink_binary(),
         jobmanager=jm.address,

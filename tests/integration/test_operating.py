@@ -98,8 +98,7 @@ def test_resubmit_is_refused_and_a_repackaged_job_restores_latest_exactly_once(
     # Its checkpoints are under the state dir, not in the package a later submit replaces.
     checkpoints = sorted((state / "checkpoints" / "passthrough" / job_id).glob("chk-*/_metadata"))
     assert checkpoints, f"no checkpoint under {state}"
-    package = local_state("packages", "passthrough")
-    assert not (package / ".local").exists()
+    assert not list(local_state("packages").glob("passthrough-*/.local"))
 
     listed = run_cli("jobs", "--jobmanager", jm.address).stdout
     assert re.search(rf"{job_id}\s+RUNNING .* prefix {names('tx')}", listed), listed
