@@ -184,9 +184,16 @@ def session_broker():
     from pipelines_dev.kafka_broker import Broker
 
     jar = Broker()
-    if not jar.ready():  # reuse any broker already answering there (e.g. another checkout's)
+    # Reuse a broker already answering there (`make kafka-up`, another checkout's) and leave
+    # it running; one this session started is stopped with the session.
+    started = not jar.ready()
+    if started:
         jar.up()
-    yield SessionBroker("jar", jar.bootstrap, jar.down, jar.up)
+    try:
+        yield SessionBroker("jar", jar.bootstrap, jar.down, jar.up)
+    finally:
+        if started:
+            jar.down()
 
 
 @pytest.fixture(scope="session")
