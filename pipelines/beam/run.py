@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -200,6 +201,7 @@ def run(name: str, args) -> int:
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     holder: dict = {}  # the PipelineResult once submitted, for a stop to cancel
+    pipeline = None
     # Beam's SDK harness runs here (LOOPBACK) and writes tracebacks of its threads to stderr,
     # and its own log lines to the root logger: both to a log file, the CLI says one line.
     sys.stderr = WorkerOutput(sys.stderr, local_state("logs", f"beam-{name}-python.log"))
@@ -249,6 +251,8 @@ def run(name: str, args) -> int:
         # after this returns, and the CLI exits next.
         owner.end()
         stops.restore()
+        if pipeline is not None:  # Beam removes it when run() returns, not on a stop
+            shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
 
 
 def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services, holder: dict):

@@ -327,7 +327,11 @@ def test_a_direct_run_longer_than_the_start_timeout_finishes(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_long_direct_run_stops_within_30_s(beam_ready, kafka, names, enrichment_service, signum):
+def test_a_long_direct_run_stops_within_30_s(
+    beam_ready, kafka, names, enrichment_service, signum, tmp_path
+):
+    temp = tmp_path / "tmp"  # the run's TMPDIR: Beam's pipeline temp dir goes there
+    temp.mkdir()
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(60))
     job = Started(
@@ -346,6 +350,7 @@ def test_a_long_direct_run_stops_within_30_s(beam_ready, kafka, names, enrichmen
             ),
         ],
         sigint_ignored=True,
+        env={"TMPDIR": str(temp)},
     )
     # Running: the Java worker that reads Kafka for the DirectRunner is up.
     deadline = time.monotonic() + 180
@@ -370,3 +375,5 @@ def test_a_long_direct_run_stops_within_30_s(beam_ready, kafka, names, enrichmen
     assert f"stopping ({name}): ending the run with its Java side" in job.output
     assert job.lines[-1] == "beam job enrich cancelled", job.output[-3000:]
     assert not wait_gone(tree, 15)
+    # Beam removes its pipeline temp dir when run() returns, which a stop never reaches.
+    assert not list(temp.glob("beam-pipeline-temp*")), sorted(temp.iterdir())
