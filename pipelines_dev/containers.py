@@ -15,6 +15,7 @@ docker down`) removes what a killed test run left, and nothing else.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -247,29 +249,40 @@ def ensure_kafka_image() -> str:
     if image_inputs(image) == inputs:
         return image
     started = time.monotonic()
-    context = STATE / "kafka-context"
-    shutil.rmtree(context, ignore_errors=True)
-    (context / "libs").mkdir(parents=True)
-    for path in files:
-        shutil.copy2(path, context / path.name)
-    for jar in libs:
-        _link_or_copy(jar, context / "libs" / jar.name)
-    shippable(context)  # built under umask 077: see packaging.shippable
-    docker(
-        "build",
-        "-q",
-        "--force-rm",  # a failed build leaves no stopped container behind
-        "--build-arg",
-        f"BASE={base}",
-        "--label",
-        f"{INPUTS_LABEL}={inputs}",
-        "-t",
-        image,
-        str(context),
-    )
-    shutil.rmtree(context, ignore_errors=True)
+    with build_context("kafka-context") as context:
+        (context / "libs").mkdir(parents=True)
+        for path in files:
+            shutil.copy2(path, context / path.name)
+        for jar in libs:
+            _link_or_copy(jar, context / "libs" / jar.name)
+        shippable(context)  # built under umask 077: see packaging.shippable
+        docker(
+            "build",
+            "-q",
+            "--force-rm",  # a failed build leaves no stopped container behind
+            "--build-arg",
+            f"BASE={base}",
+            "--label",
+            f"{INPUTS_LABEL}={inputs}",
+            "-t",
+            image,
+            str(context),
+        )
     log.info(f"docker   built {image} in {time.monotonic() - started:.0f}s")
     return image
+
+
+@contextlib.contextmanager
+def build_context(name: str) -> Iterator[Path]:
+    """A build context of this build's own under .local/images, removed whatever happens:
+    one fixed directory was shared by two builds at once (two test workers, two terminals)
+    and left behind by a failed build."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    context = Path(tempfile.mkdtemp(dir=STATE, prefix=f"{name}-"))
+    try:
+        yield context
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -351,33 +364,31 @@ def build_deploy_image(
     base = base or ensure_base()
     wheels = ensure_wheels()
     started = time.monotonic()
-    context = STATE / "deploy-context"
-    shutil.rmtree(context, ignore_errors=True)
-    (context / "dist").mkdir(parents=True)
-    shutil.copytree(package_root, context / "dist" / job)
-    (context / "dist" / "wheels").mkdir()
-    for path in wheels.iterdir():
-        if path.name != ".inputs":
-            _link_or_copy(path, context / "dist" / "wheels" / path.name)
-    shippable(context)  # built under umask 077: see packaging.shippable
-    docker(
-        "build",
-        "-q",
-        "--force-rm",  # a failed build leaves no stopped container behind
-        "-f",
-        str(DEPLOY_DOCKERFILE),
-        "--build-arg",
-        f"BASE={base}",
-        "--build-arg",
-        f"JOB={job}",
-        "--label",
-        f"{OWNER_LABEL}={PROJECT_ROOT}",
-        "-t",
-        tag,
-        str(context),
-        timeout=1800,
-    )
-    shutil.rmtree(context, ignore_errors=True)
+    with build_context("deploy-context") as context:
+        (context / "dist").mkdir(parents=True)
+        shutil.copytree(package_root, context / "dist" / job)
+        (context / "dist" / "wheels").mkdir()
+        for path in wheels.iterdir():
+            if path.name != ".inputs":
+                _link_or_copy(path, context / "dist" / "wheels" / path.name)
+        shippable(context)  # built under umask 077: see packaging.shippable
+        docker(
+            "build",
+            "-q",
+            "--force-rm",  # a failed build leaves no stopped container behind
+            "-f",
+            str(DEPLOY_DOCKERFILE),
+            "--build-arg",
+            f"BASE={base}",
+            "--build-arg",
+            f"JOB={job}",
+            "--label",
+            f"{OWNER_LABEL}={PROJECT_ROOT}",
+            "-t",
+            tag,
+            str(context),
+            timeout=1800,
+        )
     log.info(f"docker   built {tag} from {base} in {time.monotonic() - started:.0f}s")
     return tag
 
@@ -396,8 +407,9 @@ def deploy_command(job: str) -> list[str]:
 def build_enrich_deploy_image(tag: str = DEPLOY_IMAGE, base: str | None = None) -> str:
     """`pipelines package enrich` for the image's python, then the deploy image over it."""
     loaded = load_settings("enrich", environ={}, local=False)  # nothing of conf/local
-    package = package_job(loaded, STATE / "package-enrich", python=DEPLOY_PYTHON, flink="flink")
-    return build_deploy_image(package.root, "enrich", tag=tag, base=base)
+    with build_context("package-enrich") as root:
+        package = package_job(loaded, root, python=DEPLOY_PYTHON, flink="flink")
+        return build_deploy_image(package.root, "enrich", tag=tag, base=base)
 
 
 # ------------------------------------------------------------------ containers
