@@ -255,19 +255,7 @@ def ensure_kafka_image() -> str:
             shutil.copy2(path, context / path.name)
         for jar in libs:
             _link_or_copy(jar, context / "libs" / jar.name)
-        shippable(context)  # built under umask 077: see packaging.shippable
-        docker(
-            "build",
-            "-q",
-            "--force-rm",  # a failed build leaves no stopped container behind
-            "--build-arg",
-            f"BASE={base}",
-            "--label",
-            f"{INPUTS_LABEL}={inputs}",
-            "-t",
-            image,
-            str(context),
-        )
+        build_image(context, image, base, labels={INPUTS_LABEL: inputs})
     log.info(f"docker   built {image} in {time.monotonic() - started:.0f}s")
     return image
 
@@ -283,6 +271,25 @@ def build_context(name: str) -> Iterator[Path]:
         yield context
     finally:
         shutil.rmtree(context, ignore_errors=True)
+
+
+def build_image(
+    context: Path,
+    tag: str,
+    base: str,
+    dockerfile: Path | None = None,
+    args: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> None:
+    """`docker build` of `context` (made readable first) over `base`, quiet; a failed
+    build leaves no stopped container behind."""
+    shippable(context)  # built under umask 077: see packaging.shippable
+    options = ["-f", str(dockerfile)] if dockerfile else []
+    for key, value in {"BASE": base, **(args or {})}.items():
+        options += ["--build-arg", f"{key}={value}"]
+    for key, value in (labels or {}).items():
+        options += ["--label", f"{key}={value}"]
+    docker("build", "-q", "--force-rm", *options, "-t", tag, str(context), timeout=1800)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -371,23 +378,13 @@ def build_deploy_image(
         for path in wheels.iterdir():
             if path.name != ".inputs":
                 _link_or_copy(path, context / "dist" / "wheels" / path.name)
-        shippable(context)  # built under umask 077: see packaging.shippable
-        docker(
-            "build",
-            "-q",
-            "--force-rm",  # a failed build leaves no stopped container behind
-            "-f",
-            str(DEPLOY_DOCKERFILE),
-            "--build-arg",
-            f"BASE={base}",
-            "--build-arg",
-            f"JOB={job}",
-            "--label",
-            f"{OWNER_LABEL}={PROJECT_ROOT}",
-            "-t",
+        build_image(
+            context,
             tag,
-            str(context),
-            timeout=1800,
+            base,
+            dockerfile=DEPLOY_DOCKERFILE,
+            args={"JOB": job},
+            labels={OWNER_LABEL: str(PROJECT_ROOT)},
         )
     log.info(f"docker   built {tag} from {base} in {time.monotonic() - started:.0f}s")
     return tag

@@ -43,7 +43,6 @@ from pipelines.flink.environment import PROMETHEUS_REPORTER
 from pipelines.flink.jobmanager import JobManager, JobManagerError
 from pipelines.running.paths import PROJECT_ROOT, local_state
 from pipelines.shipping.maven import copy_dependencies
-from pipelines.shipping.packaging import shippable
 from pipelines_dev import containers
 from pipelines_dev.containers import (
     INPUTS_LABEL,
@@ -122,21 +121,12 @@ def _build_image(image: str, dockerfile: Path, context_files: dict[str, Path], i
                     _link_or_copy(item, dst / item.name)
             else:
                 _link_or_copy(src, dst)
-        shippable(context)  # built under umask 077: see packaging.shippable
-        docker(
-            "build",
-            "-q",
-            "--force-rm",
-            "-f",
-            str(dockerfile),
-            "--build-arg",
-            f"BASE={containers.ensure_base()}",
-            "--label",
-            f"{INPUTS_LABEL}={inputs}",
-            "-t",
+        containers.build_image(
+            context,
             image,
-            str(context),
-            timeout=1800,
+            containers.ensure_base(),
+            dockerfile=dockerfile,
+            labels={INPUTS_LABEL: inputs},
         )
     log.info(f"docker   built {image} in {time.monotonic() - started:.0f}s")
     return image
