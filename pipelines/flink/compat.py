@@ -87,11 +87,20 @@ logger.workerenv.level = ERROR
 """
 
 
-def quiet_environment_logs(path: Path) -> None:
-    """Append QUIET_ENVIRONMENT_LOGS to the log4j properties file `path` (once)."""
-    text = path.read_text() if path.exists() else ""
-    if "logger.workerenv.name" not in text:
-        path.write_text(text.rstrip("\n") + "\n" + QUIET_ENVIRONMENT_LOGS)
+def quiet_environment_logs(path: Path, start: Path | None = None) -> None:
+    """QUIET_ENVIRONMENT_LOGS appended (once) to the log4j properties file `path`, or to a
+    copy of `start` where `path` does not exist yet. Written whole, by a rename: two local
+    runs starting at once (two test workers) each wrote the file in two steps, and one could
+    read the other's half-written file and append to it."""
+    if path.exists():
+        text = path.read_text()
+    else:
+        text = start.read_text() if start else ""
+    if "logger.workerenv.name" in text:
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    partial.write_text(text.rstrip("\n") + "\n" + QUIET_ENVIRONMENT_LOGS)
+    os.replace(partial, path)
 
 
 def gateway_log_config() -> Path:
@@ -99,10 +108,7 @@ def gateway_log_config() -> Path:
     import pyflink
 
     path = private_dir(local_state("flink-gateway")) / "log4j-cli.properties"
-    if not path.exists():
-        wheel = Path(pyflink.__file__).parent / "conf" / "log4j-cli.properties"
-        path.write_text(wheel.read_text())
-    quiet_environment_logs(path)
+    quiet_environment_logs(path, Path(pyflink.__file__).parent / "conf" / "log4j-cli.properties")
     return path
 
 

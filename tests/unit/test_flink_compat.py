@@ -229,3 +229,20 @@ def test_the_row_python_reads_is_the_row_java_produces():
 
     produced = get_gateway().jvm.pipelines.flink.OriginRecordDeserializer().getProducedType()
     assert produced.toString() == origin_type_info().get_java_type_info().toString()
+
+
+def test_quiet_environment_logs_written_by_many_at_once_is_whole_and_quiet_once(tmp_path):
+    """Two local runs start at once (two test workers): each sees the config missing, and
+    neither may read the other's half-written file (it appended the lines to a fragment)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipelines.flink.compat import QUIET_ENVIRONMENT_LOGS, quiet_environment_logs
+
+    start = tmp_path / "wheel.properties"
+    start.write_text("".join(f"logger.l{i}.name = a.b.C{i}\n" for i in range(3000)))
+    for attempt in range(20):
+        path = tmp_path / f"log4j-{attempt}.properties"
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: quiet_environment_logs(path, start), range(8)))
+        assert path.read_text() == start.read_text() + QUIET_ENVIRONMENT_LOGS
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
