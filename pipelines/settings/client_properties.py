@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,7 +168,14 @@ def _converted(key: str, location: str | None, secret, as_is: bool, name: str, c
     password = secret.get_secret_value() if secret else ""
     out = _converted_dir() / name.format(_stamp(source.read_bytes(), password))
     if not out.is_file():
-        convert(source, password, out)
+        # Converted beside it, then renamed: processes converting the same store at once
+        # (a job's Python workers, two commands) never read a half-written one.
+        partial = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            convert(source, password, partial)
+            os.replace(partial, out)
+        finally:
+            partial.unlink(missing_ok=True)
     return out
 
 

@@ -238,3 +238,44 @@ def test_oauthbearer_leaves_the_jaas_line_to_the_user():
         "kafka.security.sasl_mechanism=OAUTHBEARER",
     )
     assert settings(*oauth, "kafka.properties.sasl.jaas.config=x required;")
+
+
+def test_a_store_being_converted_is_never_seen_half_written(tmp_path, monkeypatch):
+    """Processes converting the same store at once (a job's Python workers, two commands):
+    the converted file appears whole or not at all."""
+    import threading
+    import time
+
+    from pipelines.settings import client_properties
+
+    monkeypatch.setattr(client_properties, "_converted_dir", lambda: tmp_path)
+    source = tmp_path / "store.jks"
+    source.write_bytes(b"a store")
+    whole = "-----BEGIN CERTIFICATE-----\n" + "A" * 4000 + "\n-----END CERTIFICATE-----\n"
+    out = tmp_path / f"truststore-{client_properties._stamp(b'a store', '')}.pem"
+    seen: list[str] = []
+    done = threading.Event()
+
+    def slow(_source, _password, path):
+        with open(path, "w") as f:
+            f.write(whole[:100])
+            f.flush()
+            time.sleep(0.3)
+            f.write(whole[100:])
+
+    def watch():
+        while not done.is_set():
+            if out.is_file():
+                seen.append(out.read_text())
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        got = client_properties._converted("k", str(source), None, False, "truststore-{}.pem", slow)
+    finally:
+        done.set()
+        watcher.join()
+    assert got == out and out.read_text() == whole
+    assert set(seen) <= {whole}, "a half-written store was visible"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["store.jks", out.name])
