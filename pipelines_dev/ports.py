@@ -8,10 +8,35 @@ prefers the even ports beside bind(0)'s odd ones. Two CI runs lost those races.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
 LOW, HIGH = 20000, 32000
+
+
+def port_range() -> tuple[int, int]:
+    """LOW..HIGH, or $PIPELINES_PORT_RANGE ("20000-25999"): runs side by side on one machine
+    (the test suite's two workers) each take ports from a range of their own, so that one
+    never takes a port the other has found free and not yet bound."""
+    given = os.environ.get("PIPELINES_PORT_RANGE")
+    if not given:
+        return LOW, HIGH
+    try:
+        low, high = (int(part) for part in given.split("-"))
+    except ValueError:
+        raise ValueError(f"PIPELINES_PORT_RANGE={given!r}: expected LOW-HIGH, e.g. 20000-25999")
+    if not 1024 <= low < high <= 65535:
+        raise ValueError(f"PIPELINES_PORT_RANGE={given!r}: expected 1024 <= LOW < HIGH <= 65535")
+    return low, high
+
+
+def share(index: int, count: int) -> str:
+    """The PIPELINES_PORT_RANGE of run `index` of `count` side by side: LOW..HIGH split into
+    `count` ranges that do not overlap."""
+    span = (HIGH - LOW) // count
+    low = LOW + index * span
+    return f"{low}-{low + span - 1}"
 
 
 def port_free(port: int) -> bool:
@@ -26,8 +51,9 @@ def port_free(port: int) -> bool:
 
 def free_ports(count: int = 1) -> int:
     """A port P such that P .. P+count-1 are free now."""
+    low, high = port_range()
     for _ in range(500):
-        port = random.randrange(LOW, HIGH - count)
+        port = random.randrange(low, high - count)
         if all(port_free(port + i) for i in range(count)):
             return port
-    raise OSError(f"no {count} adjacent free port(s) found in {LOW}..{HIGH}")
+    raise OSError(f"no {count} adjacent free port(s) found in {low}..{high}")

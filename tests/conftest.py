@@ -21,6 +21,15 @@ from tests.support import (
 
 become_subreaper()
 
+# Each pytest-xdist worker takes free ports from a range of its own (pipelines_dev.ports):
+# a port one worker found free and was about to bind could be found free by the other.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and "PIPELINES_PORT_RANGE" not in os.environ:
+    from pipelines_dev.ports import share
+
+    _COUNT = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["PIPELINES_PORT_RANGE"] = share(int(_WORKER[2:]), _COUNT)
+
 
 def _terminated(signum, frame):
     """SIGTERM (a CI runner's stop, `timeout`) unwinds like Ctrl-C, so every fixture's

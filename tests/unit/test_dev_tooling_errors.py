@@ -87,3 +87,29 @@ def test_a_start_script_that_hangs_is_one_error_and_leaves_nothing(tmp_path):
         time.sleep(0.1)
     assert start_time(child) is None, "the script's child outlived it"
     assert not os.path.exists(cluster.groups_file)
+
+
+def test_free_ports_come_from_the_range_a_run_was_given(monkeypatch):
+    from pipelines_dev.ports import port_range
+
+    monkeypatch.setenv("PIPELINES_PORT_RANGE", "26000-26009")
+    assert all(26000 <= free_ports(2) <= 26007 for _ in range(50))
+    monkeypatch.setenv("PIPELINES_PORT_RANGE", "26000")
+    with pytest.raises(ValueError, match=r"PIPELINES_PORT_RANGE='26000': expected LOW-HIGH"):
+        port_range()
+    monkeypatch.setenv("PIPELINES_PORT_RANGE", "80-90")
+    with pytest.raises(ValueError, match=r"expected 1024 <= LOW < HIGH <= 65535"):
+        port_range()
+
+
+def test_runs_side_by_side_share_the_port_range_without_overlap(monkeypatch):
+    """`make test`'s two workers (tests/conftest.py) each take one share."""
+    from pipelines_dev.ports import HIGH, LOW, port_range, share
+
+    ranges = []
+    for index in range(2):
+        monkeypatch.setenv("PIPELINES_PORT_RANGE", share(index, 2))
+        ranges.append(port_range())
+    (low0, high0), (low1, high1) = ranges
+    assert LOW == low0 < high0 < low1 < high1 <= HIGH
+    assert high1 - low1 == high0 - low0 >= 5000
