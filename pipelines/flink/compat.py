@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pipelines.running.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback, preload_env
-from pipelines.running.paths import local_state, private_dir
+from pipelines.running.paths import local_state, private_dir, write_whole
 
 FLINK_VERSION = "2.2.1"
 
@@ -98,9 +98,8 @@ def quiet_environment_logs(path: Path, start: Path | None = None) -> None:
         text = start.read_text() if start else ""
     if "logger.workerenv.name" in text:
         return
-    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    partial.write_text(text.rstrip("\n") + "\n" + QUIET_ENVIRONMENT_LOGS)
-    os.replace(partial, path)
+    whole = text.rstrip("\n") + "\n" + QUIET_ENVIRONMENT_LOGS
+    write_whole(path, lambda partial: partial.write_text(whole))
 
 
 def gateway_log_config() -> Path:

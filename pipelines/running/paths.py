@@ -5,6 +5,8 @@ which is git-ignored and never packaged."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -51,3 +53,14 @@ def private_dir(path: Path) -> Path:
 def worker_log(job: str) -> Path:
     """Where a local run's Python worker output goes (see worker_output.WorkerOutput)."""
     return local_state("logs", f"{job}-python-worker.log")
+
+
+def write_whole(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(partial)` into a file beside `path`, then renamed onto it: another process (two
+    runs starting at once, a job's Python workers) sees no file or a whole one, never half."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -13,11 +13,10 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.running.paths import local_state, private_dir
+from pipelines.running.paths import local_state, private_dir, write_whole
 from pipelines.settings.schema import (
     KafkaConnection,
     KafkaSecurity,
@@ -168,14 +167,8 @@ def _converted(key: str, location: str | None, secret, as_is: bool, name: str, c
     password = secret.get_secret_value() if secret else ""
     out = _converted_dir() / name.format(_stamp(source.read_bytes(), password))
     if not out.is_file():
-        # Converted beside it, then renamed: processes converting the same store at once
-        # (a job's Python workers, two commands) never read a half-written one.
-        partial = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}")
-        try:
-            convert(source, password, partial)
-            os.replace(partial, out)
-        finally:
-            partial.unlink(missing_ok=True)
+        # Processes converting the same store at once never read a half-written one.
+        write_whole(out, lambda partial: convert(source, password, partial))
     return out
 
 
