@@ -266,11 +266,10 @@ def build_context(name: str) -> Iterator[Path]:
     one fixed directory was shared by two builds at once (two test workers, two terminals)
     and left behind by a failed build."""
     STATE.mkdir(parents=True, exist_ok=True)
-    context = Path(tempfile.mkdtemp(dir=STATE, prefix=f"{name}-"))
-    try:
-        yield context
-    finally:
-        shutil.rmtree(context, ignore_errors=True)
+    with tempfile.TemporaryDirectory(
+        dir=STATE, prefix=f"{name}-", ignore_cleanup_errors=True
+    ) as tmp:
+        yield Path(tmp)
 
 
 def build_image(

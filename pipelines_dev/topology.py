@@ -109,9 +109,7 @@ def _build_image(image: str, dockerfile: Path, context_files: dict[str, Path], i
     if image_inputs(image) == inputs:
         return image
     started = time.monotonic()
-    STATE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=STATE, prefix="context-") as tmp:
-        context = Path(tmp)
+    with containers.build_context("context") as context:
         for name, src in context_files.items():
             dst = context / name
             dst.parent.mkdir(parents=True, exist_ok=True)
