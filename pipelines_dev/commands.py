@@ -194,16 +194,15 @@ def _submit(args) -> int:
     packages.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"{args.job}-", dir=packages))
     try:
-        return _submit_package(args, jm, loaded, prefix, root)
+        return _submit_package(args, local, jm, loaded, prefix, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _submit_package(args, jm: JobManager, loaded, prefix: str, root: Path) -> int:
+def _submit_package(args, local: Cluster, jm: JobManager, loaded, prefix: str, root: Path) -> int:
     import subprocess
 
     settings = loaded.settings
-    local = Cluster()
     package = package_job(
         loaded,
         root,
