@@ -144,16 +144,28 @@ def proc_stats_of(pid: int) -> list[str] | None:
         return None
 
 
-def _mentions(pid: int, marker: bytes) -> bool:
+def _mentions(pid: int, marker: bytes, exec_wait_s: float = 0.0) -> bool:
     """Whether `marker` is in the process's command line or environment (a Flink daemon's
-    FLINK_CONF_DIR, inherited by the Python workers it starts)."""
-    for part in ("cmdline", "environ"):
-        try:
-            if marker in Path(f"/proc/{pid}/{part}").read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
+    FLINK_CONF_DIR, inherited by the Python workers it starts).
+
+    A process caught inside execve shows an empty command line and environment: the
+    kernel closes the parent's close-on-exec pipe (so Popen has returned) before the new
+    program's arguments are mapped. With `exec_wait_s`, empty is looked at again for that
+    long instead of being read as "another program"."""
+    deadline = time.monotonic() + exec_wait_s
+    while True:
+        seen = b""
+        for part in ("cmdline", "environ"):
+            try:
+                seen += Path(f"/proc/{pid}/{part}").read_bytes()
+            except OSError:
+                continue
+        if marker in seen:
+            return True
+        stats = proc_stats_of(pid)
+        if seen or time.monotonic() >= deadline or not stats or stats[0] == "Z":
+            return False
+        time.sleep(0.02)
 
 
 def wait_started(proc: subprocess.Popen, ready: Callable[[], bool], wait_s: float) -> bool:
@@ -196,7 +208,9 @@ class PidFile:
         if now is None:
             self._stale(f"pid {pid} is not running")
             return None
-        if (started is not None and now != started) or not _mentions(pid, self.marker):
+        if (started is not None and now != started) or not _mentions(
+            pid, self.marker, exec_wait_s=2.0
+        ):
             self._stale(f"pid {pid} is another process now")
             return None
         return pid

@@ -71,6 +71,21 @@ def test_a_recorded_start_time_tells_a_reused_pid_from_the_process_that_wrote_it
         proc.wait()
 
 
+def test_a_process_read_the_moment_it_started_is_the_one_that_wrote_the_file(tmp_path):
+    # Popen returns when the kernel closes its close-on-exec pipe, before the new program's
+    # arguments are mapped: /proc/<pid>/cmdline is empty then (most of the time on this
+    # machine). A pid file read at that moment must not be taken for another program's.
+    for attempt in range(40):
+        proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
+        try:
+            pid_file = PidFile(tmp_path / f"{attempt}.pid", "sleep", "test")
+            pid_file.write(proc.pid)
+            assert pid_file.live() == proc.pid, f"attempt {attempt}"
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_cluster_groups_are_ended_only_when_they_are_still_the_clusters(tmp_path, bystander):
     cluster = Cluster(state_dir=tmp_path)
     cluster.conf_dir.mkdir(parents=True)
