@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from bench.compare import page_with_table
+from pipelines.running.paths import local_state
 from pipelines_dev.faults import ALL_FAULTS, Result, run_trial
 from pipelines_dev.topology import Topology
 
@@ -113,14 +114,16 @@ def main(argv: list[str] | None = None) -> int:
                     if (job, fault, trial) in done:
                         continue
                     print(f"chaos    {job} {fault} trial {trial} seed {seed} ...", flush=True)
-                    result = run_trial(topology, job, fault, args.records, seed, trial, rate=rate)
+                    result = run_trial(topology, job, fault, args.records, seed, trial,
+                                       rate=rate, keep_dir=local_state(f"{name}-failed"))  # fmt: skip
                     results.append(result)
                     print(
                         f"chaos    {job} {fault} trial {trial}: output {result.output}, lost "
                         f"{result.lost}, duplicated {result.duplicated}, dead letters "
                         f"{result.dead_letters}/{result.dead_letters_expected}, recovery "
                         f"{result.recovery_s} s, {'ok' if result.ok else 'NOT OK'}"
-                        + (f" ({result.error})" if result.error else ""),
+                        + (f" ({result.error})" if result.error else "")
+                        + (f"; logs kept in {result.kept}" if result.kept else ""),
                         flush=True,
                     )
                     _write(name, results)

@@ -38,6 +38,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from pipelines.flink.jobmanager import JobManager
 from pipelines_dev.containers import DockerError, docker
@@ -441,6 +442,7 @@ class Result:
     restarts: int = 0
     events: list[str] = field(default_factory=list)
     error: str | None = None
+    kept: str | None = None  # where a failed trial's logs and job state were written
 
     @property
     def ok(self) -> bool:
@@ -604,8 +606,12 @@ def run_trial(
     rate: float = 1500.0,
     bad_every: int = 500,
     deadline_s: float = 900,
+    keep_dir: Path | None = None,
 ) -> Result:
-    """One trial; a Result whatever happens (`error` says what stopped it)."""
+    """One trial; a Result whatever happens (`error` says what stopped it). A trial that
+    fails writes every container's log and the job's state (checkpoints, exceptions, as the
+    JobManager had them before the job was cancelled) under `keep_dir`: a stall seen once
+    in ten runs is understood from what it left, not from a rerun."""
     started = time.monotonic()
     tag = f"chaos-{job}-{fault}-{trial}-{seed}-{uuid.uuid4().hex[:6]}"  # topics of its own
     names = {k: f"{tag}-{k}" for k in ("in", "out", "dlq", "group", "tx")}
@@ -637,6 +643,7 @@ def run_trial(
     producer = Producer(bootstrap, names["in"], values, rate)
     reader = LiveReader(bootstrap, names["out"])
     ctx = Context(topology, job, "", names, args, random.Random(seed), output=reader.count)
+    job_state: dict[str, object] = {}
     try:
         ctx.job_id = _submit(topology, job, args)
         ctx.note(f"{job} submitted as {ctx.job_id}")
@@ -674,6 +681,9 @@ def run_trial(
         result.error = (
             f"{type(exc).__name__}: {exc}" if not isinstance(exc, ChaosError) else str(exc)
         )
+        if ctx.job_id:
+            result.restarts = _restarts(topology, ctx.job_id)
+            job_state = _job_evidence(topology, ctx.job_id)
     finally:
         # Only what started: a submission that failed started neither, and joining the
         # reader then raised over the trial's own error (and `done` was waited 10 minutes).
@@ -693,8 +703,30 @@ def run_trial(
             result.error = f"producing the input: {producer.error}"
     _check(result, topology, job, names, values, expected_dead, reader)
     result.events = ctx.log
+    if keep_dir is not None and not result.ok:
+        result.kept = str(_keep_evidence(topology, keep_dir / tag, job_state, result))
     result.duration_s = round(time.monotonic() - started, 1)
     return result
+
+
+def _job_evidence(topology: Topology, job_id: str) -> dict[str, object]:
+    """What the JobManager says of the job: its state, checkpoints and exceptions."""
+    found: dict[str, object] = {}
+    for what in ("", "/checkpoints", "/exceptions"):
+        try:
+            found[f"/jobs/{job_id}{what}"] = _rest(topology, f"/jobs/{job_id}{what}")
+        except Exception as exc:  # noqa: BLE001 - evidence of a failure: keep what answers
+            found[f"/jobs/{job_id}{what}"] = f"not answered: {exc}"
+    return found
+
+
+def _keep_evidence(topology: Topology, out: Path, job_state: dict, result: Result) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    for role in topology.roles():
+        (out / f"{role}.log").write_text(topology.logs(role, lines=100_000))
+    (out / "job.json").write_text(json.dumps(job_state, indent=1, default=str))
+    (out / "events.txt").write_text("\n".join([*result.events, f"error: {result.error}"]) + "\n")
+    return out
 
 
 def _restarts(topology: Topology, job_id: str) -> int:

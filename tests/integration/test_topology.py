@@ -408,7 +408,7 @@ def test_a_broker_the_runtime_will_not_pause_is_frozen_by_sigstop_and_thawed(rea
 
 
 @pytest.mark.parametrize("fault", list(ALL_FAULTS))
-def test_exactly_once_through_each_fault(ready_topology, fault):
+def test_exactly_once_through_each_fault(ready_topology, fault, tmp_path_factory):
     """The fault suite's smoke (`make chaos` runs the full matrix): passthrough under load,
     the fault injected once a checkpoint completed and a fifth of the output is there;
     then every id once, per-key order kept, no aborted record ever read, no transaction
@@ -421,7 +421,9 @@ def test_exactly_once_through_each_fault(ready_topology, fault):
     # it found none open (CI: "no open transaction of the sink found within 60 s").
     slow = {"combination", "coordinator-kill"}
     rate = 30.0 if fault in slow else 150.0
-    result = run_trial(ready_topology, "passthrough", fault, 3000, seed, rate=rate, deadline_s=420)
+    kept = tmp_path_factory.mktemp(f"trial-{fault}")  # the logs of a trial that fails
+    result = run_trial(ready_topology, "passthrough", fault, 3000, seed, rate=rate,
+                       deadline_s=420, keep_dir=kept)  # fmt: skip
     print(
         f"[{fault}] seed {seed}: output {result.output}, lost {result.lost}, duplicated "
         f"{result.duplicated}, order violations {result.order_violations}, aborted reads "
@@ -429,6 +431,8 @@ def test_exactly_once_through_each_fault(ready_topology, fault):
     )
     for event in result.events:
         print(f"    {event}")
+    if result.kept:
+        print(f"    logs and job state kept in {result.kept}")
     assert result.error is None, result.error
     assert (result.lost, result.duplicated, result.order_violations, result.aborted_reads) == (
         0,
