@@ -8,8 +8,9 @@ demo, offsets, kafka transactions, run of each job, package, submit, beam run an
 build --deploy. Then the test looks, rather than trusts: command lines of every process on
 the machine (sampled while the commands run), the Flink REST API's config endpoints, every
 file under .local/ written during the test and the secure broker's files (logs included),
-the package directory, each layer of the deploy image (`docker save`), and every function
-PyFlink and Beam pickled into a job graph (recorded by canary/sitecustomize.py).
+the package directory, each layer of the deploy image (`docker save`: those the build
+made unpacked, those it reused from before the canaries existed proven so by digest), and
+every function PyFlink and Beam pickled into a job graph (recorded by canary/sitecustomize.py).
 
 Allowed: the secret files themselves, the converted stores (0600, in a 0700 directory).
 """
@@ -35,10 +36,13 @@ from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.integration.secret_search import (
     CANARY_DIR,
+    ImageLayers,
     Sampler,
     decoded,
     hits,
     image_files,
+    image_layers,
+    layers_present,
     rest_configs,
 )
 from tests.support import job_env, run_cli
@@ -283,9 +287,13 @@ def test_every_command_keeps_the_canaries_where_they_belong(
 
     problem = docker_problem(timeout=10)
     if problem is None:
+        before, layers = layers_present(), ImageLayers()
         _cli(canary, "docker", "build", "--deploy", timeout=1800)
-        for where, data in image_files(DEPLOY_IMAGE):
+        for where, data in image_files(DEPLOY_IMAGE, before, layers):
             look(f"deploy image {where}", data)
+        assert set(layers.scanned + layers.skipped) == set(image_layers(DEPLOY_IMAGE))
+        print(f"[canary] deploy image: {len(layers.scanned)} layer(s) built here unpacked, "
+              f"{len(layers.skipped)} reused from before the build hashed")  # fmt: skip
     elif os.environ.get("PIPELINES_TEST_BROKER") == "container":
         pytest.fail(f"the deploy image cannot be checked: {problem}")
 

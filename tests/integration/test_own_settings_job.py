@@ -33,10 +33,13 @@ from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import another_cluster, fresh_copy
 from tests.integration.secret_search import (
     CANARY_DIR,
+    ImageLayers,
     Sampler,
     decoded,
     hits,
     image_files,
+    image_layers,
+    layers_present,
     rest_configs,
 )
 from tests.support import CLI, Started, topic_args
@@ -287,9 +290,12 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, 
     if problem is None:
         image = f"pipelines-test-orders:{secrets.token_hex(4)}"
         try:
+            before, layers = layers_present(), ImageLayers()
             build_deploy_image(package, "orders", tag=image)
-            for where, data in image_files(image):
+            for where, data in image_files(image, before, layers):
                 found += [f"in the deploy image: {where}" for _ in hits(data, secret)]
+            assert set(layers.scanned + layers.skipped) == set(image_layers(image))
+            assert layers.scanned, "the package's layer was not built here"
         finally:
             docker("rmi", "--force", image, check=False)
     elif os.environ.get("PIPELINES_TEST_BROKER") == "container":
