@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -233,8 +234,10 @@ class JavaServices:
 def start_java_services(
     owner: ProcessGroups, libs: Path = LIBS, log_dir: Path | None = None, deadline_s: float = 90.0
 ) -> JavaServices:
-    """Start both JVMs in process groups `owner` ends; return once both listen."""
+    """Start both JVMs in process groups `owner` ends; return once both listen. Their JVM
+    options come from JVM_ARGS, the variable Flink's scripts and PyFlink's gateway read."""
     log_dir = log_dir or local_state("logs")
+    jvm_args = shlex.split(os.environ.get("JVM_ARGS", ""))
     classpath = f"{libs}/*"
     worker_port, expansion_port = free_port(), free_port()
     environment = f"127.0.0.1:{worker_port}"
@@ -245,6 +248,7 @@ def start_java_services(
         "Beam's Java worker",
         [
             "java",
+            *jvm_args,
             "-cp",
             classpath,
             "org.apache.beam.fn.harness.ExternalWorkerService",
@@ -261,6 +265,7 @@ def start_java_services(
         "Beam's expansion service",
         [
             "java",
+            *jvm_args,
             "-cp",
             classpath,
             "org.apache.beam.sdk.expansion.service.ExpansionService",
