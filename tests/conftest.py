@@ -30,18 +30,6 @@ if _WORKER.startswith("gw") and "PIPELINES_PORT_RANGE" not in os.environ:
     _COUNT = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     os.environ["PIPELINES_PORT_RANGE"] = share(int(_WORKER[2:]), _COUNT)
 
-# The suite's JVMs (local runs' mini-clusters, pipelines.testing's, `flink run` clients, the
-# standalone clusters' daemons: whatever reads JVM_ARGS) compile with C1 only. They live
-# seconds to minutes on a few thousand records, so C2 never pays back, and its compiler
-# threads were a third of a small run's CPU (one pipelines.testing run: 16.9 -> 11.6 CPU-s,
-# 26 -> 16 s). The suite is CPU-bound on this machine's 2 cores (90-99 % busy through a
-# CI run). Semantics do not depend on the JIT; users' runs, containers and `make bench` keep
-# the JVM's default. PIPELINES_TEST_JIT=default turns this off.
-if os.environ.get("PIPELINES_TEST_JIT", "c1") == "c1" and "TieredStopAtLevel" not in os.environ.get(
-    "JVM_ARGS", ""
-):
-    os.environ["JVM_ARGS"] = f"{os.environ.get('JVM_ARGS', '')} -XX:TieredStopAtLevel=1".strip()
-
 
 def _terminated(signum, frame):
     """SIGTERM (a CI runner's stop, `timeout`) unwinds like Ctrl-C, so every fixture's

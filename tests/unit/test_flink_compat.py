@@ -246,16 +246,3 @@ def test_quiet_environment_logs_written_by_many_at_once_is_whole_and_quiet_once(
             list(pool.map(lambda _: quiet_environment_logs(path, start), range(8)))
         assert path.read_text() == start.read_text() + QUIET_ENVIRONMENT_LOGS
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
-
-
-def test_the_suites_gateway_jvm_compiles_with_c1_only():
-    """tests/conftest.py's JVM_ARGS reaches the JVM PyFlink starts (through
-    gateway_in_group): the suite's CPU budget counts on it (docs/testing.md)."""
-    import os
-
-    from pyflink.java_gateway import get_gateway
-
-    if os.environ.get("PIPELINES_TEST_JIT", "c1") != "c1":
-        pytest.skip("PIPELINES_TEST_JIT=default: the suite runs with the JVM's default JIT")
-    runtime = get_gateway().jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert "-XX:TieredStopAtLevel=1" in list(runtime.getInputArguments())
