@@ -355,3 +355,21 @@ def test_a_long_direct_run_stops_within_30_s(
     assert not wait_gone(tree, 15)
     # Beam removes its pipeline temp dir when run() returns, which a stop never reaches.
     assert not list(temp.glob("beam-pipeline-temp*")), sorted(temp.iterdir())
+
+
+def test_the_java_services_take_their_options_from_jvm_args(beam_ready, monkeypatch, tmp_path):
+    """Beam's Java worker and expansion service read JVM_ARGS, as Flink's scripts and the
+    PyFlink gateway do: the way to size them."""
+    from pipelines.beam.java import start_java_services
+    from pipelines.running.processes import ProcessGroups
+
+    monkeypatch.setenv("JVM_ARGS", "-Xmx321m -Dpipelines.probe=beam")
+    owner = ProcessGroups()
+    try:
+        services = start_java_services(owner, log_dir=tmp_path)
+        for what, (proc, _) in services.processes.items():
+            args = open(f"/proc/{proc.pid}/cmdline", "rb").read().split(b"\0")
+            assert b"-Xmx321m" in args and b"-Dpipelines.probe=beam" in args, (what, args)
+    finally:
+        owner.end()
+    assert all(proc.poll() is not None for proc, _ in services.processes.values())
