@@ -96,7 +96,7 @@ check: lint test-unit ## what a fork runs on every push: lint, types, unit tests
 test: venv jars beam-setup images prometheus ## set everything up and run the whole test suite (before a release)
 	$(PY) -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
-test-unit: venv prometheus ## unit tests only (no broker, no cluster)
+test-unit: venv jars prometheus ## unit tests only (no broker, no cluster); the jars: the unit tests start jobs in a mini-cluster
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 test-integration: venv jars beam-setup images prometheus ## integration tests only
