@@ -721,9 +721,7 @@ def _job_evidence(topology: Topology, job_id: str) -> dict[str, object]:
 
 
 def _keep_evidence(topology: Topology, out: Path, job_state: dict, result: Result) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    for role in topology.roles():
-        (out / f"{role}.log").write_text(topology.logs(role, lines=100_000))
+    topology.keep_logs(out)
     (out / "job.json").write_text(json.dumps(job_state, indent=1, default=str))
     (out / "events.txt").write_text("\n".join([*result.events, f"error: {result.error}"]) + "\n")
     return out

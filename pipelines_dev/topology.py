@@ -708,9 +708,10 @@ class Topology:
         )
         return result.stdout + result.stderr
 
-    def keep_logs(self) -> Path:
-        """Every container's whole log, into the state directory (before they are removed)."""
-        out = self.state_dir / "logs"
+    def keep_logs(self, out: Path | None = None) -> Path:
+        """Every container's whole log, into `out` (by default the state directory's logs/),
+        before the containers are removed."""
+        out = out or self.state_dir / "logs"
         out.mkdir(parents=True, exist_ok=True)
         for role in self.roles():
             (out / f"{role}.log").write_text(self.logs(role, lines=100_000))

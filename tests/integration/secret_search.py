@@ -89,19 +89,22 @@ def decoded(data: bytes) -> bytes:
         return data + raw
 
 
-def layers_present() -> set[str]:
-    """The layers (diff ids: sha256 of the uncompressed layer tar) of every image the
-    engine holds now. Taken before a build, they are layers that build's context never
-    reached: a secret made for the test cannot be in them."""
-    ids = subprocess.run(["docker", "image", "ls", "-q", "--no-trunc"], capture_output=True,
-                         text=True, check=True).stdout.split()  # fmt: skip
-    if not ids:
-        return set()
+def _root_layers(*images: str) -> list[list[str]]:
+    """Each image's layers (diff ids: sha256 of the uncompressed layer tar), in order."""
     found = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *set(ids)],
+        ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *images],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    return {layer for line in found.splitlines() for layer in json.loads(line) or ()}
+    return [json.loads(line) or [] for line in found.splitlines()]
+
+
+def layers_present() -> set[str]:
+    """The layers of every image the engine holds now. Taken before a build, they are
+    layers that build's context never reached: a secret made for the test cannot be in
+    them."""
+    ids = subprocess.run(["docker", "image", "ls", "-q", "--no-trunc"], capture_output=True,
+                         text=True, check=True).stdout.split()  # fmt: skip
+    return {layer for layers in _root_layers(*set(ids)) for layer in layers} if ids else set()
 
 
 class ImageLayers:
@@ -146,9 +149,7 @@ def image_files(image: str, built_before: set[str] = frozenset(), seen: ImageLay
 
 
 def image_layers(image: str) -> list[str]:
-    found = subprocess.run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}",
-                            image], capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return json.loads(found)
+    return _root_layers(image)[0]
 
 
 def is_tar(data: bytes) -> bool:
