@@ -44,7 +44,7 @@ from pipelines.flink.jobmanager import JobManager
 from pipelines_dev.containers import DockerError, docker
 from pipelines_dev.demo import demo_record
 from pipelines_dev.topics import create_topics, end_offsets, read_messages
-from pipelines_dev.topology import LIBRDKAFKA_QUIET, TASKMANAGERS, Topology
+from pipelines_dev.topology import BUCKET, LIBRDKAFKA_QUIET, TASKMANAGERS, Topology
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,21 @@ def taskmanager_partition(ctx: Context, seconds: float = 30) -> None:
 
 
 def jobmanager_kill(ctx: Context) -> None:
+    """SIGKILL of the JobManager and a start of the same container: ZooKeeper HA keeps the
+    job graph and the checkpoint pointer, so the new process recovers the same job id from
+    a checkpoint at least as new as the last one the old process reported complete."""
+    before = _latest_completed_id(ctx.topology, ctx.job_id)
     _restart(ctx, "jobmanager")
+    restored = _wait_for(lambda: _restored(ctx.topology, ctx.job_id), 300,
+                         f"job {ctx.job_id} running again, restored by the new JobManager")  # fmt: skip
+    if restored["is_savepoint"] or (before is not None and restored["id"] < before):
+        raise ChaosError(
+            f"the new JobManager restored {restored} while checkpoint {before} had completed"
+        )
+    ctx.note(
+        f"job {ctx.job_id} recovered by the new JobManager from checkpoint {restored['id']} "
+        f"(the latest completed before the kill: {before})"
+    )
 
 
 def _leader_of(ctx: Context, topic: str, partition: int = 0) -> str:
@@ -533,6 +547,25 @@ def _recovered_since(topology: Topology, job_id: str, since: float) -> bool:
     return bool(latest) and latest["latest_ack_timestamp"] / 1000 > since
 
 
+def _latest_completed_id(topology: Topology, job_id: str) -> int | None:
+    try:
+        latest = _rest(topology, f"/jobs/{job_id}/checkpoints")["latest"]["completed"]
+    except Exception:  # noqa: BLE001 - a JobManager failing over answers nothing
+        return None
+    return latest["id"] if latest else None
+
+
+def _restored(topology: Topology, job_id: str) -> dict | None:
+    """The checkpoint the running job was last restored from; None until it is running
+    with one (and while no JobManager answers)."""
+    if _job_state(topology, job_id) != "RUNNING":
+        return None
+    try:
+        return _rest(topology, f"/jobs/{job_id}/checkpoints")["latest"]["restored"] or None
+    except Exception:  # noqa: BLE001 - a JobManager failing over answers nothing
+        return None
+
+
 def _checkpoints_completed(topology: Topology, job_id: str) -> int:
     try:
         return _rest(topology, f"/jobs/{job_id}/checkpoints")["counts"]["completed"]
@@ -542,20 +575,33 @@ def _checkpoints_completed(topology: Topology, job_id: str) -> int:
 
 def rescale(ctx: Context) -> None:
     """4 -> 2 -> 4 by savepoint while records arrive; after the downscale the last stable
-    offset must reach the log end (no transaction of the larger job left open)."""
-    for parallelism in (2, 4):
+    offset must reach the log end (no transaction of the larger job left open). Each
+    savepoint must be in the object store, and each resumed job reads with a group that
+    never committed and fallback `fail`: only the savepoint can give it positions."""
+    for step, parallelism in enumerate((2, 4)):
         stop = _cli("jobs", "stop", ctx.job_id, "--jobmanager", ctx.topology.jobmanager)
         written = re.search(r"savepoint written to (\S+)", stop.stdout)
         if written is None:
             raise RuntimeError(f"no savepoint path in `jobs stop`'s output: {stop.stdout!r}")
         savepoint = written.group(1)
+        _in_the_store(ctx, savepoint)
         ctx.note(f"stopped with a savepoint {savepoint}")
         sets = [v for k, v in zip(ctx.args[::2], ctx.args[1::2]) if k == "--set"]
-        sets = [v for v in sets if not v.startswith("job.parallelism=")]
-        sets.append(f"job.parallelism={parallelism}")
+        sets = [v for v in sets if not v.startswith(("job.parallelism=", "source.group_id="))]
+        sets += [
+            f"job.parallelism={parallelism}",
+            f"source.group_id={ctx.names['group']}-never-committed-{step}",
+            "source.start.mode=group-offsets",
+            "source.start.fallback=fail",
+        ]
         args = [a for v in sets for a in ("--set", v)] + ["--from-checkpoint", savepoint]
         ctx.job_id = _submit(ctx.topology, ctx.job, args)
         ctx.note(f"resumed at parallelism {parallelism} as {ctx.job_id}")
+        # Checked at its first restore: until its first checkpoint, a failover restores
+        # the savepoint again, later ones restore that checkpoint.
+        restored = _wait_for(lambda: _restored(ctx.topology, ctx.job_id), 240,
+                             "the resumed job running, restored")  # fmt: skip
+        _resumed_as_asked(ctx, savepoint, restored, parallelism)
         _wait_for(lambda: _checkpoints_completed(ctx.topology, ctx.job_id) >= 1, 240,
                   "a checkpoint after the rescale")  # fmt: skip
         if parallelism == 2:  # a downscale: nothing may hold back read_committed readers
@@ -569,6 +615,23 @@ def rescale(ctx: Context) -> None:
                 120,
                 "the last stable offset at the log end after the downscale",
             )
+
+
+def _in_the_store(ctx: Context, savepoint: str) -> None:
+    prefix = f"s3://{BUCKET}/"
+    key = savepoint.removeprefix(prefix).rstrip("/") + "/_metadata"
+    if not savepoint.startswith(f"{prefix}savepoints/{ctx.job}/"):
+        raise ChaosError(f"the savepoint {savepoint} is not under {prefix}savepoints/{ctx.job}/")
+    if key not in ctx.topology.s3().keys(BUCKET, key):
+        raise ChaosError(f"the object store has no {key} for the savepoint {savepoint}")
+
+
+def _resumed_as_asked(ctx: Context, savepoint: str, restored: dict, parallelism: int) -> None:
+    widths = {v["parallelism"] for v in _rest(ctx.topology, f"/jobs/{ctx.job_id}")["vertices"]}
+    if widths != {parallelism}:
+        raise ChaosError(f"resumed at parallelism {parallelism}, runs at {sorted(widths)}")
+    if restored["external_path"].rstrip("/") != savepoint.rstrip("/"):
+        raise ChaosError(f"resumed from {savepoint}, restored from {restored}")
 
 
 def combination(ctx: Context) -> None:
