@@ -253,6 +253,22 @@ def flink_cluster(kafka):
         cluster.down()
 
 
+@pytest.fixture(scope="session")
+def second_cluster(tmp_path_factory, kafka):
+    """A standalone cluster that is not the local one, shared by the tests that submit to a
+    cluster by address (test_remote_cluster, test_own_settings_job): its own state dir
+    (under .local: `make clean` stops it if a run is killed first) and free ports, started
+    from another working directory with nothing of this checkout on its PYTHONPATH (a
+    package ships the sources its workers import), and PRICING_TOKEN in its daemons'
+    environment, where a deployment puts a job's secret. One cluster start for both."""
+    from tests.integration.helpers import PRICING_TOKEN, SECOND_CLUSTER_DIR, another_cluster
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PRICING_TOKEN"] = PRICING_TOKEN
+    with another_cluster(SECOND_CLUSTER_DIR, tmp_path_factory.mktemp("elsewhere"), env) as address:
+        yield address
+
+
 @pytest.fixture
 def enrichment_service():
     """A real enrichment HTTP service on a free port, for one test."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -14,9 +15,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipelines.running.paths import local_state
 from pipelines.shipping import jars
 from pipelines_dev.ports import free_ports
 from tests.support import CLI, PROGRESS, ROOT, Started, cli_for
+
+# The job-owned secret of test_own_settings_job, in the environment of the shared second
+# cluster's daemons (tests/conftest.py second_cluster): unique to this run, so that finding
+# it anywhere is a leak of this run.
+PRICING_TOKEN = f"canaryPRICING{secrets.token_hex(6)}"
+SECOND_CLUSTER_DIR = local_state("flink-second")  # under .local: `make clean` stops it too
 
 
 class RunningJob(Started):

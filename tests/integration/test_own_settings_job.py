@@ -6,7 +6,8 @@ Then: the generated tests survive the swap (the logic test as it is, the smoke t
 one marked place is changed, after failing with a message that names that place); the job
 runs on Kafka (exact read_committed read-back), through pipelines.testing with the real
 client, and as a package through SUBMIT.sh on a standalone cluster whose TaskManagers have
-the token in their environment, as a deployment gives it. The token is looked for
+the token in their environment, as a deployment gives it (the session's second cluster,
+tests/conftest.py, which test_remote_cluster submits to as well). The token is looked for
 everywhere it must not be, as the canary test looks for the project's own secrets:
 command lines, every command's output, the package and its deploy image (every layer),
 the cluster's REST configuration and logs, the copy's local state, and each pickled
@@ -27,10 +28,9 @@ import pytest
 import yaml
 
 from pipelines.flink.distribution import flink_home
-from pipelines.running.paths import local_state
 from pipelines_dev.demo import COMPANIES, demo_values
 from pipelines_dev.topics import create_topics, produce, read_all
-from tests.integration.helpers import another_cluster, fresh_copy
+from tests.integration.helpers import PRICING_TOKEN, SECOND_CLUSTER_DIR, fresh_copy
 from tests.integration.secret_search import (
     CANARY_DIR,
     ImageLayers,
@@ -46,10 +46,10 @@ from tests.support import CLI, Started, topic_args
 
 pytestmark = pytest.mark.cluster
 
-TOKEN = f"canaryPRICING{secrets.token_hex(6)}"  # unique to this run
+TOKEN = PRICING_TOKEN  # unique to this run, in the second cluster's daemons' environment
 TOKEN_SHA = hashlib.sha256(TOKEN.encode()).hexdigest()[:16]
 PRICES = {"acme": 10, "globex": 20, "initech": 30, "umbrella": 40}  # the rest are refused
-STATE = local_state("flink-own-settings")  # under .local: `make clean` stops it too
+STATE = SECOND_CLUSTER_DIR  # tests/conftest.py second_cluster
 
 CLIENT = '''
 """Prices from a table file, behind a token: a lookup client with settings of its job's own."""
@@ -122,17 +122,6 @@ def test_prices_come_from_the_table_with_the_workers_token():
 '''
 
 
-@pytest.fixture(scope="module")
-def token_cluster(tmp_path_factory, kafka):
-    """A standalone cluster whose daemons have PRICING_TOKEN in their environment (where a
-    deployment puts a job's secret: a Kubernetes secret as an env var), and nothing of this
-    checkout on their PYTHONPATH (the package ships the sources the workers import)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PRICING_TOKEN"] = TOKEN
-    with another_cluster(STATE, tmp_path_factory.mktemp("elsewhere"), env) as address:
-        yield address
-
-
 def _pytest(copy, env, *files: str) -> Started:
     run = Started([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
                   env=env, cwd=copy)  # fmt: skip
@@ -164,7 +153,7 @@ def _assert_exact(kafka, out_topic: str, dlq_topic: str, values: list[bytes]) ->
     assert len(dead) == len(by_stage["parse"]) + len(by_stage["enrich"])
 
 
-def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, tmp_path):
+def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, second_cluster, tmp_path):
     copy, env = fresh_copy(tmp_path, kafka)
     pickles = tmp_path / "pickles"
     pickles.mkdir()
@@ -257,7 +246,7 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, 
             env={
                 "PYTHONPATH": str(CANARY_DIR),
                 "CANARY_PICKLES": str(pickles),
-                "JOBMANAGER": token_cluster,
+                "JOBMANAGER": second_cluster,
                 "FLINK_HOME": str(flink_home()),
                 "PYTHON": sys.executable,
                 "PRICING_TOKEN": TOKEN,
@@ -280,7 +269,7 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, token_cluster, 
                         (STATE / "log", "the cluster's logs")):  # fmt: skip
         for path in (p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
             found += [f"in {label}: {path}" for _ in hits(path.read_bytes(), secret)]
-    base = f"http://{token_cluster}"
+    base = f"http://{second_cluster}"
     for path, body in rest_configs(base, job_id).items():
         found += [f"in the cluster's REST {path}" for _ in hits(body, secret)]
     # The package as a deploy image (deploy/Dockerfile), every layer.

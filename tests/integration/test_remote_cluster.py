@@ -12,23 +12,12 @@ import urllib.request
 import pytest
 
 from pipelines.flink.distribution import flink_home
-from pipelines.running.paths import local_state
 from pipelines_dev.demo import demo_values
 from pipelines_dev.ports import free_ports
 from pipelines_dev.topics import create_topics, produce, read_all
-from tests.integration.helpers import another_cluster
-from tests.support import Started, assert_dead_letters_are, job_env, run_cli, topic_args
+from tests.support import Started, assert_dead_letters_are, run_cli, topic_args
 
 pytestmark = pytest.mark.cluster
-
-# Under .local so that `make clean` stops it too if a run is killed before its teardown.
-STATE = local_state("flink-second")
-
-
-@pytest.fixture(scope="module")
-def second_cluster(tmp_path_factory, kafka):
-    with another_cluster(STATE, tmp_path_factory.mktemp("elsewhere"), job_env()) as address:
-        yield address
 
 
 def _jobs_at(jobmanager: str) -> dict[str, dict]:
