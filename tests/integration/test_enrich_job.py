@@ -129,9 +129,11 @@ def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(
     ]
 
 
-def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
+def test_savepoint_resume_at_another_parallelism_is_exactly_once_with_bad_records_dead_lettered(
     kafka, names, enrichment_service
 ):
+    """Ctrl-C with --savepoint-on-stop at parallelism 1, resumed from the savepoint at 3 with
+    a group that never committed: every valid id once, every bad record a dead letter."""
     total, bad_every = 1500, 50
     values = demo_values(total, bad_every=bad_every)
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
@@ -146,7 +148,7 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
         "--set",
         "checkpoint.interval=1s",
     )
-    first = RunningJob(*args, "--savepoint-on-stop")
+    first = RunningJob(*args, "--savepoint-on-stop", "--set", "job.parallelism=1")
     try:
         # Stopped once every partition has a committed position
         # (tests.support.every_partition_committed): the savepoint holds one for each split.
@@ -161,7 +163,8 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
 
     enrichment_service.configure(latency_ms=5)
     # Only the savepoint's state can give the second run positions to read from.
-    second = RunningJob(*args, "--from-checkpoint", savepoint, *restored_state_only(names))
+    second = RunningJob(*args, "--from-checkpoint", savepoint, *restored_state_only(names),
+                        "--set", "job.parallelism=3")  # fmt: skip
     valid_ids = {json.loads(v)["id"] for v in values if v.startswith(b'{"id"')}
     try:
         deadline = time.monotonic() + 180
@@ -170,16 +173,19 @@ def test_savepoint_resume_is_exactly_once_and_bad_records_are_dead_lettered(
             if len(out) + len(dlq) >= total:
                 break
             time.sleep(2)
-        restored = second.restored()
+        restored, parallelism = second.restored(), second.parallelism()
     finally:
         assert second.interrupt() == 0, second.output
     assert restored and restored["is_savepoint"] is True, restored
+    assert 3 in parallelism.values(), parallelism  # the rescale happened
     assert restored["external_path"].rstrip("/").endswith(savepoint.rstrip("/").split(":")[-1])
     out, dlq = _decoded(kafka, names("out")), _decoded(kafka, names("dlq"))
     print(f"input {total}, output {len(out)}, dead letters {len(dlq)}")
     assert f"resuming from {savepoint}" in second.output
     assert sorted(r["id"] for r in out) == sorted(valid_ids)  # each exactly once
     assert len(out) + len(dlq) == total
+    for topic in (names("out"), names("dlq")):  # no transaction left open by either run
+        assert end_offsets(kafka, topic, "read_committed") == end_offsets(kafka, topic)
     assert all(r["enrichment"] == company_profile(r["company"]) for r in out)
     bad_origins = sorted((d["origin"]["partition"], d["origin"]["offset"]) for d in dlq)
     # Produced round-robin over 3 partitions: value i is at (i % 3, i // 3).

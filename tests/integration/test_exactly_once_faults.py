@@ -277,29 +277,6 @@ def test_killed_taskmanager_is_recovered_on_the_standalone_cluster(
     assert_exactly_once(kafka, names("out"), f"TaskManager SIGKILL at {killed_at}", names("dlq"))
 
 
-def test_savepoint_then_resume_at_another_parallelism(kafka, names, job, enrichment_service):
-    enrichment_service.configure(latency_ms=100)
-    first = RunningJob(*job, "--savepoint-on-stop", "--set", "job.parallelism=1")
-    try:
-        wait_until(
-            lambda: progress(kafka, names) >= N // 4 and every_partition_started(kafka, names),
-            120,
-            "a quarter of the input, from every partition",
-        )
-    finally:
-        assert first.interrupt() == 0, first.output
-    savepoint = first.wait_for(r"savepoint written to (\S+)").group(1)
-    enrichment_service.configure(latency_ms=5)
-    resumed = resume_until_complete(
-        kafka, names, *job, "--from-checkpoint", savepoint, "--set", "job.parallelism=3"
-    )
-    assert f"resuming from {savepoint}" in resumed.output
-    assert resumed.restored["is_savepoint"] is True, resumed.restored
-    assert local_path(resumed.restored["external_path"]) == local_path(savepoint)
-    assert 3 in resumed.parallelism.values(), resumed.parallelism  # the rescale happened
-    assert_exactly_once(kafka, names("out"), "savepoint p1 -> p3", names("dlq"))
-
-
 def test_broker_restart_mid_stream(kafka, session_broker, names, job, enrichment_service):
     """The session broker stopped and started under a running job: the jar-run broker's
     process, or the container (`docker stop` / `docker start`, its data kept)."""
