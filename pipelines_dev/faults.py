@@ -339,7 +339,7 @@ def jobmanager_kill(ctx: Context) -> None:
     """SIGKILL of the JobManager and a start of the same container: ZooKeeper HA keeps the
     job graph and the checkpoint pointer, so the new process recovers the same job id from
     a checkpoint at least as new as the last one the old process reported complete."""
-    before = _latest_completed_id(ctx.topology, ctx.job_id)
+    before = (_latest(ctx.topology, ctx.job_id, "completed") or {}).get("id")
     _restart(ctx, "jobmanager")
     restored = _wait_for(lambda: _restored(ctx.topology, ctx.job_id), 300,
                          f"job {ctx.job_id} running again, restored by the new JobManager")  # fmt: skip
@@ -540,19 +540,17 @@ def _recovered_since(topology: Topology, job_id: str, since: float) -> bool:
         raise ChaosError(f"the job is {state} after the fault")
     if state != "RUNNING":
         return False
-    try:
-        latest = _rest(topology, f"/jobs/{job_id}/checkpoints")["latest"]["completed"]
-    except Exception:  # noqa: BLE001 - a JobManager failing over answers nothing
-        return False
-    return bool(latest) and latest["latest_ack_timestamp"] / 1000 > since
+    latest = _latest(topology, job_id, "completed")
+    return latest is not None and latest["latest_ack_timestamp"] / 1000 > since
 
 
-def _latest_completed_id(topology: Topology, job_id: str) -> int | None:
+def _latest(topology: Topology, job_id: str, kind: str) -> dict | None:
+    """The job's latest `kind` checkpoint ("completed", "restored") as its JobManager
+    reports it; None when there is none, and while no JobManager answers (one failing over)."""
     try:
-        latest = _rest(topology, f"/jobs/{job_id}/checkpoints")["latest"]["completed"]
+        return _rest(topology, f"/jobs/{job_id}/checkpoints")["latest"][kind] or None
     except Exception:  # noqa: BLE001 - a JobManager failing over answers nothing
         return None
-    return latest["id"] if latest else None
 
 
 def _restored(topology: Topology, job_id: str) -> dict | None:
@@ -560,10 +558,7 @@ def _restored(topology: Topology, job_id: str) -> dict | None:
     with one (and while no JobManager answers)."""
     if _job_state(topology, job_id) != "RUNNING":
         return None
-    try:
-        return _rest(topology, f"/jobs/{job_id}/checkpoints")["latest"]["restored"] or None
-    except Exception:  # noqa: BLE001 - a JobManager failing over answers nothing
-        return None
+    return _latest(topology, job_id, "restored")
 
 
 def _checkpoints_completed(topology: Topology, job_id: str) -> int:
