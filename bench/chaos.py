@@ -36,7 +36,7 @@ BLOCK = ("<!-- chaos:results -->\n```\n", "```\n<!-- /chaos:results -->")
 def table(results: list[Result]) -> str:
     rows = [
         f"{'job':12} {'fault':22} {'trials':>6} {'records':>9} {'lost':>5} {'dup':>5} "
-        f"{'dlq ok':>6} {'order':>5} {'aborted':>7} {'recovery s (median / max)':>26} {'ok':>3}"
+        f"{'dlq ok':>6} {'order':>5} {'aborted':>7} {'recovery s (median / max)':>26} {'exits':>5} {'ok':>3}"
     ]
     keys = sorted(
         {(r.job, r.fault) for r in results}, key=lambda k: (k[0], list(ALL_FAULTS).index(k[1]))
@@ -51,6 +51,7 @@ def table(results: list[Result]) -> str:
             f"{sum(r.lost for r in group):>5} {sum(r.duplicated for r in group):>5} "
             f"{dlq_ok:>3}/{len(group):<2} {sum(r.order_violations for r in group):>5} "
             f"{sum(r.aborted_reads for r in group):>7} {rec:>26} "
+            f"{sum(sum(r.exited.values()) for r in group):>5} "
             f"{'yes' if all(r.ok for r in group) else 'NO':>3}"
         )
     return "\n".join(rows)
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{result.lost}, duplicated {result.duplicated}, dead letters "
                         f"{result.dead_letters}/{result.dead_letters_expected}, recovery "
                         f"{result.recovery_s} s, {'ok' if result.ok else 'NOT OK'}"
+                        + (f", exited by themselves: {result.exited}" if result.exited else "")
                         + (f" ({result.error})" if result.error else "")
                         + (f"; logs kept in {result.kept}" if result.kept else ""),
                         flush=True,

@@ -298,7 +298,7 @@ def _wait_brokers(ctx: Context, timeout_s: float = 240) -> None:
         time.sleep(1)
 
 
-def _wait_taskmanagers(ctx: Context, gone: tuple[str, ...] = (), timeout_s: float = 240) -> None:
+def wait_taskmanagers(ctx: Context, gone: tuple[str, ...] = (), timeout_s: float = 240) -> None:
     """Until every TaskManager is registered and none of `gone` (ids of a killed one, which
     the JobManager lists until it notices) is among them: the restarted one is back."""
     deadline = time.monotonic() + timeout_s
@@ -318,7 +318,7 @@ def taskmanager_kill(ctx: Context) -> None:
     role = ctx.rng.choice(["taskmanager-1", "taskmanager-2"])
     killed = tuple(i for i in ctx.topology.taskmanager_ids() or [] if i.startswith(f"{role}:"))
     _restart(ctx, role)
-    _wait_taskmanagers(ctx, gone=killed)
+    wait_taskmanagers(ctx, gone=killed)
     ctx.note(f"{role} registered again")
 
 
@@ -332,7 +332,7 @@ def taskmanager_partition(ctx: Context, seconds: float = 30) -> None:
     applied(ctx, f"reconnect {role}",
             lambda: docker("network", "connect", "--alias", role, net, ctx.container(role)))  # fmt: skip
     ctx.note(f"{role} reconnected")
-    _wait_taskmanagers(ctx)
+    wait_taskmanagers(ctx)
 
 
 def jobmanager_kill(ctx: Context) -> None:
@@ -454,6 +454,9 @@ class Result:
     max_gap_s: float | None = None
     duration_s: float = 0.0
     restarts: int = 0
+    # Containers whose process ended by itself during the trial and that Docker's restart
+    # policy started again (role -> times): no fault does that, so each is a finding.
+    exited: dict[str, int] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
     error: str | None = None
     kept: str | None = None  # where a failed trial's logs and job state were written
@@ -702,6 +705,7 @@ def run_trial(
     reader = LiveReader(bootstrap, names["out"])
     ctx = Context(topology, job, "", names, args, random.Random(seed), output=reader.count)
     job_state: dict[str, object] = {}
+    counts_before = topology.restart_counts()
     try:
         ctx.job_id = _submit(topology, job, args)
         ctx.note(f"{job} submitted as {ctx.job_id}")
@@ -759,6 +763,7 @@ def run_trial(
                 result.error = result.error or str(exc)
         if producer.error and not result.error:
             result.error = f"producing the input: {producer.error}"
+        result.exited = exited_by_themselves(ctx, counts_before)
     _check(result, topology, job, names, values, expected_dead, reader)
     result.events = ctx.log
     if keep_dir is not None and not result.ok:
@@ -785,12 +790,37 @@ def _keep_evidence(topology: Topology, out: Path, job_state: dict, result: Resul
     return out
 
 
+def exited_by_themselves(ctx: Context, before: dict[str, int]) -> dict[str, int]:
+    """Containers Docker restarted since `before` (role -> times), each noted with the
+    fatal line of its log: a Flink process that ended itself is shown, not hidden by the
+    restart that let the trial go on."""
+    exited = {}
+    for role, count in ctx.topology.restart_counts().items():
+        if count > before.get(role, 0):
+            exited[role] = count - before.get(role, 0)
+            fatal = [line for line in ctx.topology.logs(role, 5000).splitlines()
+                     if "FATAL" in line or "Fatal error" in line]  # fmt: skip
+            why = fatal[-1].strip()[:300] if fatal else "no fatal line in its log"
+            ctx.note(
+                f"{role} exited by itself {exited[role]} time(s) and its restart policy "
+                f"started it again; its log: {why}"
+            )
+    return exited
+
+
 def _restarts(topology: Topology, job_id: str) -> int:
-    """How often Flink restarted the job (its numRestarts metric)."""
+    """How often Flink restarted the job: its numRestarts metric, or, when the JobManager
+    does not report it (a job in RESTARTING), how often it was restored from a
+    checkpoint."""
     try:
         found = _rest(topology, f"/jobs/{job_id}/metrics?get=numRestarts")
-        return int(float(found[0]["value"])) if found else 0
-    except Exception:  # noqa: BLE001 - the metric is not reported yet
+        if found:
+            return int(float(found[0]["value"]))
+    except Exception:  # noqa: BLE001 - not reported: the checkpoint counts say it too
+        pass
+    try:
+        return int(_rest(topology, f"/jobs/{job_id}/checkpoints")["counts"]["restored"])
+    except Exception:  # noqa: BLE001 - the job is gone: nothing to count
         return 0
 
 

@@ -82,6 +82,9 @@ FLINK_HOME = "/opt/venv/lib/python3.11/site-packages/pyflink"
 TASKMANAGERS = 2
 SLOTS = 2
 BROKERS = 3
+# Docker's restart policy for the JobManager and TaskManagers: as a pod's, unbounded, with
+# Docker's growing back-off between attempts.
+FLINK_RESTART = "on-failure"
 
 # Broker settings of a replicated cluster: an acknowledged record survives the loss of any
 # one broker (acks=all waits for 2 of 3 replicas), and so does a committed transaction.
@@ -413,11 +416,19 @@ class Topology:
         ]  # fmt: skip
 
     def _run(
-        self, role: str, image: str, *args: str, publish: Sequence[str] = (), env=None, mounts=()
+        self,
+        role: str,
+        image: str,
+        *args: str,
+        publish: Sequence[str] = (),
+        env=None,
+        mounts=(),
+        restart: str = "no",
     ):
         cmd = [
             "run", "-d", "--name", self.container(role), "--hostname", role,
             "--network", self.name, "--network-alias", role, *self._labels(),
+            "--restart", restart,
         ]  # fmt: skip
         for port in publish:
             cmd += ["-p", port]
@@ -540,6 +551,12 @@ class Topology:
             publish=[f"{gw}:{state['enrichment_port']}:8080"],
         )
         flink_secret = [(self.secrets_dir / "flink-s3.yaml", "/run/secrets/flink-s3.yaml")]
+        # A Flink process ends itself on a fatal error and counts on its deployment to start
+        # it again (a Kubernetes pod, a YARN container): a TaskManager whose Kafka sink
+        # cannot abort a fenced transaction exits ("exception in exception handler of
+        # task", see docs/exactly-once.md). Without a restart policy the job then restarts
+        # for ever without slots. A fault's `docker kill` or `docker stop` is a manual stop,
+        # which Docker never undoes; only an exit of the process's own is restarted.
         self._run(
             "jobmanager",
             images["flink"],
@@ -550,6 +567,7 @@ class Topology:
                 "ENABLE_BUILT_IN_PLUGINS": PLUGINS,
             },
             mounts=flink_secret,
+            restart=FLINK_RESTART,
         )
         for i in range(1, TASKMANAGERS + 1):
             role = f"taskmanager-{i}"
@@ -562,6 +580,7 @@ class Topology:
                     "ENABLE_BUILT_IN_PLUGINS": PLUGINS,
                 },
                 mounts=flink_secret,
+                restart=FLINK_RESTART,
             )
 
     # ---------------------------------------------------------------- health
@@ -693,6 +712,20 @@ class Topology:
         raise TopologyError(
             f"the topology was not healthy within {wait_s:.0f}s: {'; '.join(problems)}"
         )
+
+    def restart_counts(self) -> dict[str, int]:
+        """How often Docker's restart policy has started each container again after its
+        process exited by itself (a fault's kill and start are not counted)."""
+        names = [self.container(r) for r in self.roles()]
+        out = docker(
+            "inspect", "--format", "{{.Name}} {{.RestartCount}}", *names, check=False
+        )  # fmt: skip
+        counts = {}
+        for line in out.splitlines():
+            name, _, count = line.strip().lstrip("/").rpartition(" ")
+            if count.isdigit():
+                counts[name.removeprefix(self.name + "-")] = int(count)
+        return counts
 
     def running(self, role: str) -> bool:
         state = docker(

@@ -7,8 +7,10 @@ the replicated brokers with read_committed."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import signal
 import time
 import uuid
 from collections import Counter
@@ -18,7 +20,14 @@ import pytest
 from pipelines.flink.jobmanager import JobManager
 from pipelines_dev.containers import docker
 from pipelines_dev.demo import demo_values
-from pipelines_dev.faults import ALL_FAULTS, Context, frozen, run_trial
+from pipelines_dev.faults import (
+    ALL_FAULTS,
+    Context,
+    exited_by_themselves,
+    frozen,
+    run_trial,
+    wait_taskmanagers,
+)
 from pipelines_dev.topics import create_topics, end_offsets, produce, read_all
 from tests.support import assert_dead_letters_are, run_cli
 
@@ -320,6 +329,26 @@ def test_a_broker_the_runtime_will_not_pause_is_frozen_by_sigstop_and_thawed(rea
     assert ready_topology.wait_ready(timeout_s=180) == []
 
 
+def test_a_taskmanager_that_exits_by_itself_is_started_again_and_the_trial_notes_it(
+    ready_topology,
+):
+    """What a deployment does for a Flink process that ends itself (a fatal error in a
+    task's exception handler, as the Kafka sink's FLINK-38790): Docker's restart policy
+    starts it again, it registers with the JobManager, and the trial's notes name it. The
+    process is killed from the host, not through Docker, which would be a manual stop."""
+    ctx = Context(ready_topology, "passthrough", "", {}, [], random.Random(0))
+    role = "taskmanager-2"
+    before = ready_topology.restart_counts()
+    gone = tuple(i for i in ready_topology.taskmanager_ids() or [] if i.startswith(f"{role}:"))
+    assert gone, ready_topology.taskmanager_ids()
+    pid = int(docker("inspect", "--format", "{{.State.Pid}}", ready_topology.container(role)))
+    os.kill(pid, signal.SIGKILL)
+    wait_taskmanagers(ctx, gone=gone)
+    assert exited_by_themselves(ctx, before) == {role: 1}
+    assert f"{role} exited by itself 1 time(s) and its restart policy started it" in ctx.log[-1]
+    assert ready_topology.wait_ready(timeout_s=180) == []
+
+
 @pytest.mark.parametrize("fault", list(ALL_FAULTS))
 def test_exactly_once_through_each_fault(ready_topology, fault, tmp_path_factory):
     """The fault suite's smoke (`make chaos` runs the full matrix): passthrough under load,
@@ -340,7 +369,8 @@ def test_exactly_once_through_each_fault(ready_topology, fault, tmp_path_factory
     print(
         f"[{fault}] seed {seed}: output {result.output}, lost {result.lost}, duplicated "
         f"{result.duplicated}, order violations {result.order_violations}, aborted reads "
-        f"{result.aborted_reads}, recovery {result.recovery_s} s, restarts {result.restarts}"
+        f"{result.aborted_reads}, recovery {result.recovery_s} s, restarts {result.restarts}, "
+        f"exited by themselves {result.exited or 'none'}"
     )
     for event in result.events:
         print(f"    {event}")
