@@ -36,18 +36,48 @@ def test_every_alert_passes_its_promtool_test():
 
 
 def test_every_alert_has_a_test_that_fires_it_and_one_that_does_not():
-    alerts = {
-        rule["alert"]
-        for group in yaml.safe_load(RULES.read_text())["groups"]
-        for rule in group["rules"]
-        if "alert" in rule
-    }
+    alerts = {rule["alert"] for rule in _alert_rules()}
     firing, silent = set(), set()
     for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
         for check in case.get("alert_rule_test", []):
             (firing if check["exp_alerts"] else silent).add(check["alertname"])
     assert firing == alerts
     assert silent == alerts
+
+
+def _alert_rules() -> list[dict]:
+    return [
+        rule
+        for group in yaml.safe_load(RULES.read_text())["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+
+
+def test_every_alert_waits_with_a_for_or_says_why_it_does_not():
+    """An alert without `for:` pages on one evaluation; that must be a decision its
+    description states, not an omission."""
+    unexplained = [
+        rule["alert"]
+        for rule in _alert_rules()
+        if "for" not in rule and "No `for:`" not in rule["annotations"]["description"]
+    ]
+    assert unexplained == []
+
+
+def test_a_healthy_start_is_checked_against_every_alert_for_ten_minutes():
+    """The promtool case that pages nothing on a deployment (first triggers declined while
+    tasks start, then completions) asks every alert, early and late."""
+    cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    (healthy,) = [c for c in cases if c["name"] == "a healthy start fires nothing"]
+    asked: dict[str, set[str]] = {}
+    for check in healthy["alert_rule_test"]:
+        assert check["exp_alerts"] == [], check
+        asked.setdefault(check["alertname"], set()).add(check["eval_time"])
+    assert set(asked) == {rule["alert"] for rule in _alert_rules()}
+    assert all({"1m", "12m"} <= times for times in asked.values()), asked
+    failed = [s["values"] for s in healthy["input_series"] if "FailedCheckpoints" in s["series"]]
+    assert failed and failed[0].startswith("0 1 2 3"), "the start's declined triggers"
 
 
 def test_prometheus_loads_every_rule_file():
