@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= -n 2 --dist loadgroup --capture=fd
 
 .DEFAULT_GOAL := help
-.PHONY: help venv jars kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
+.PHONY: help venv jars schemas kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
         check test test-unit test-integration bench bench-inner-loop bench-quick bench-latency bench-soak wrk profile \
         bench-operators chaos chaos-smoke mutation lint format clean
@@ -82,6 +82,9 @@ beam-setup: venv ## Beam's Java side (mvn, sha256-checked) and the Prism runner 
 beam-run: venv beam-setup kafka-up enrichment-up demo ## the enrich job as a Beam pipeline on Prism, streaming (Ctrl-C stops)
 	$(CLI) beam run enrich
 
+schemas: venv ## fetch the operator's CRD jar (jars/schemas.txt, sha256-checked) that the unit tests validate deploy/kubernetes with
+	$(DEV) schemas
+
 images: venv ## build the base, Kafka, deploy and topology images where a Docker engine answers (else say why)
 	$(DEV) docker build --deploy --topology --if-available
 
@@ -93,10 +96,10 @@ topology-down: venv ## remove every container and the network of the topology
 
 check: lint test-unit ## what a fork runs on every push: lint, types, unit tests and every job's pipelines.testing tests (no broker, no Docker, no cluster; < 5 min)
 
-test: venv jars beam-setup images prometheus ## set everything up and run the whole test suite (before a release)
+test: venv jars schemas beam-setup images prometheus ## set everything up and run the whole test suite (before a release)
 	$(PY) -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
-test-unit: venv jars prometheus ## unit tests only (no broker, no cluster); the jars: the unit tests start jobs in a mini-cluster
+test-unit: venv jars schemas prometheus ## unit tests only (no broker, no cluster); the jars: the unit tests start jobs in a mini-cluster
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 test-integration: venv jars beam-setup images prometheus ## integration tests only

@@ -164,6 +164,7 @@ DEVELOPER_COMMANDS = (
     "enrichment",
     "prometheus",
     "docker",
+    "schemas",
     "topology",
 )
 

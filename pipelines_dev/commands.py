@@ -149,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=300.0, help="up: seconds to wait for health"
     )
 
+    sub.add_parser(
+        "schemas",
+        help="fetch the schemas the tests check the manifests against (jars/schemas.txt)",
+    )
+
     docker = sub.add_parser("docker", help="images built here, containers the tests started")
     docker.add_argument("action", choices=["build", "down"])
     docker.add_argument(
@@ -465,6 +470,17 @@ def _topology(args) -> int:
     return 0
 
 
+def _schemas(args) -> int:
+    from pipelines_dev import schemas
+
+    try:
+        for path in schemas.fetch():
+            print(f"ok       {path.relative_to(PROJECT_ROOT)}")
+    except schemas.SchemaError as exc:
+        raise Failure(str(exc)) from None
+    return 0
+
+
 def _new(args) -> int:
     root = Path(args.root).resolve() if args.root else PROJECT_ROOT
     if not (root / "pipelines" / "jobs").is_dir() or not (root / "conf" / "base").is_dir():
@@ -492,6 +508,7 @@ HANDLERS = {
     "enrichment": _enrichment,
     "prometheus": _prometheus,
     "docker": _docker,
+    "schemas": _schemas,
 }
 
 
