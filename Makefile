@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= -n 2 --dist loadgroup --capture=fd
 
 .DEFAULT_GOAL := help
-.PHONY: help venv jars schemas kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
+.PHONY: help venv lock jars schemas kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
         check test test-unit test-integration bench bench-inner-loop bench-quick bench-latency bench-soak wrk profile \
         bench-operators chaos chaos-smoke mutation lint format clean
@@ -22,13 +22,26 @@ TEST_WORKERS ?= -n 2 --dist loadgroup --capture=fd
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# The venv is what requirements.lock says, every file checked against its hash; the
+# project itself is installed on top, its dependencies already there (--no-deps).
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q --require-hashes -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
 	@touch $(STAMP)
 
-venv: $(STAMP) ## create the virtualenv and install the project (python 3.11)
+venv: $(STAMP) ## create the virtualenv from requirements.lock (hashes required) and install the project (python 3.11)
+
+# uv resolves for every platform at once (--universal: Linux, macOS, Windows markers),
+# keeping the versions the lock already has unless UPGRADE=1.
+UV_VERSION := 0.13.9
+lock: ## refresh requirements.lock from pyproject.toml (runtime, test, bench; with hashes); UPGRADE=1 takes the newest versions
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra test --extra bench --universal \
+	    --python-version 3.11 --generate-hashes --custom-compile-command "make lock" \
+	    $(if $(UPGRADE),--upgrade) --quiet -o requirements.lock
 
 jars: venv ## fetch pinned jars with mvn, check sha256, build jars/src
 	$(CLI) jars
@@ -151,10 +164,11 @@ mutation: venv ## mutation testing of the pure modules (mutmut, [tool.mutmut]): 
 	  k, t, sv, nt = s["killed"] + s["timeout"], s["total"] - s["skipped"], s["survived"], s["no_tests"]; \
 	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {sv}, not reached by a test {nt})")'
 
-lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two) and mypy over pipelines/, pipelines_dev/ and bench/
+lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two), mypy over pipelines/, pipelines_dev/ and bench/, deptry (every imported package declared)
 	$(PY) -m ruff check pipelines pipelines_dev tests bench
 	$(PY) -m ruff format --check pipelines pipelines_dev tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/deptry .
 
 format: venv ## sort imports and format the code (ruff)
 	$(PY) -m ruff check --select I --fix pipelines pipelines_dev tests bench

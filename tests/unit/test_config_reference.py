@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
+from pydantic.fields import PydanticUndefined
 
 from pipelines.settings import Settings
 from pipelines.settings.values import DURATION_FIELDS, format_ms
