@@ -22,7 +22,7 @@ import yaml
 
 from pipelines.flink.compat import quiet_environment_logs
 from pipelines.flink.distribution import flink_home
-from pipelines.flink.environment import PROMETHEUS_REPORTER
+from pipelines.flink.environment import FLINK_BIND_OPTIONS, PROMETHEUS_REPORTER
 from pipelines.running.loopback import preload_env
 from pipelines.running.paths import local_state
 from pipelines.running.processes import end_groups, group_alive, groups_of_ours
@@ -122,7 +122,10 @@ class Cluster:
         for key, value in {
             "rest.port": self.rest_port,
             "rest.address": "127.0.0.1",
-            "rest.bind-address": "127.0.0.1",
+            # Every listener Flink has a bind option for, on loopback by configuration (the
+            # shim is then needed only for those with none: docs/security.md).
+            **{key: "127.0.0.1" for key in FLINK_BIND_OPTIONS},
+            "taskmanager.host": "127.0.0.1",
             "jobmanager.rpc.address": "localhost",
             "jobmanager.rpc.port": self.rpc_port,
             "jobmanager.memory.process.size": "1200m",

@@ -61,7 +61,7 @@ def topic_args(
 # ------------------------------------------------------------------ process trees
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         return (
             Path(f"/proc/{pid}/cmdline")
@@ -82,7 +82,7 @@ def process_tree(pid: int) -> dict[int, tuple[str, str]]:
     groups = {int(stats[p][2]) for p in found if p in stats}
     sessions = {int(stats[p][3]) for p in found if p in stats} - {os.getsid(0)}
     found |= {p for p, f in stats.items() if int(f[2]) in groups or int(f[3]) in sessions}
-    return {p: (stats[p][19], _cmdline(p)) for p in found if p in stats}
+    return {p: (stats[p][19], cmdline(p)) for p in found if p in stats}
 
 
 def still_alive(tree: dict[int, tuple[str, str]]) -> dict[int, str]:
@@ -163,7 +163,7 @@ def orphaned_flink_processes() -> dict[int, str]:
         # JVM or script that started it) gone: an orphan, not a child the session started.
         if fields[0] == "Z" or int(fields[1]) not in (1, me) or not leader_gone(int(fields[2])):
             continue
-        cmd = _cmdline(pid)
+        cmd = cmdline(pid)
         if str(ROOT) in cmd and any(marker in cmd for marker in markers):
             out[pid] = cmd[:200]
     return out
@@ -359,7 +359,7 @@ def not_loopback(listeners: dict[str, int]) -> dict[str, str]:
         address = ipaddress.ip_address(key.split("|")[0])
         mapped = getattr(address, "ipv4_mapped", None)
         if not (address.is_loopback or (mapped is not None and mapped.is_loopback)):
-            bad[key] = _cmdline(pid)[:160]
+            bad[key] = cmdline(pid)[:160]
     return bad
 
 

@@ -46,14 +46,17 @@ def _flink_map(entries: dict[str, str]) -> str:
     return ",".join(f"{k}:{quote(v, safe='')}" for k, v in entries.items())
 
 
-# A local mini-cluster's listeners: on loopback, the REST port free-chosen (Flink's
-# defaults bind every interface).
+# Flink's options that choose the address a listener binds (each defaults to every
+# interface): the REST server; the JobManager's RPC and blob server; the TaskManager's RPC
+# and data (shuffle) server. Its Prometheus reporter and flink-python's Beam services have
+# none (docs/security.md).
+FLINK_BIND_OPTIONS = ("rest.bind-address", "jobmanager.bind-host", "taskmanager.bind-host")
+
+# A local mini-cluster's listeners: on loopback, the REST port free-chosen.
 MINI_CLUSTER_ON_LOOPBACK = {
     "rest.bind-port": "0",
     "rest.address": "127.0.0.1",
-    "rest.bind-address": "127.0.0.1",
-    "jobmanager.bind-host": "127.0.0.1",
-    "taskmanager.bind-host": "127.0.0.1",
+    **{key: "127.0.0.1" for key in FLINK_BIND_OPTIONS},
     "jobmanager.rpc.address": "127.0.0.1",
     "taskmanager.host": "127.0.0.1",
 }

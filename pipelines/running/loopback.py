@@ -64,9 +64,29 @@ def build_shim() -> Path | None:
     return SHIM
 
 
+# `PIPELINES_LOOPBACK_SHIM=off` runs without the shim: Flink's own bind options still put
+# every listener that has one on loopback, and what is left on the wildcard is the list in
+# docs/security.md (tests/integration/test_listeners.py checks it). Also the way out where
+# LD_PRELOAD is unwanted (a sanitizer, another preload).
+SHIM_SWITCH = "PIPELINES_LOOPBACK_SHIM"
+
+
+def shim_switched_off(env: dict[str, str] | None = None) -> bool:
+    value = (env or {}).get(SHIM_SWITCH) or os.environ.get(SHIM_SWITCH, "on")
+    return value.strip().lower() in ("off", "0", "false", "no")
+
+
 def preload_env(env: dict[str, str]) -> dict[str, str]:
     """`env` with the shim first in LD_PRELOAD (a copy); unchanged, with one warning per
-    process, where it was not built."""
+    process, where it was not built or is switched off."""
+    if shim_switched_off(env):
+        if not _warned:
+            _warned.append(True)
+            log.info(
+                f"warning: {SHIM_SWITCH}=off: listeners with no bind option in Flink or Beam "
+                f"bind every interface in this run (docs/security.md lists them)"
+            )
+        return dict(env)
     if not SHIM.is_file():
         if not _warned:
             _warned.append(True)

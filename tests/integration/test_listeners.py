@@ -5,16 +5,19 @@ JVM and PyFlink's worker pool on [::] in the CLI process."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
 import pytest
 
+from pipelines.running.loopback import SHIM_SWITCH
 from pipelines.running.processes import descendants, proc_stats
+from pipelines.settings.schema import LOCAL_REPORTER_PORTS
 from pipelines_dev.demo import demo_values
 from pipelines_dev.topics import create_topics, produce
 from tests.integration.helpers import RunningJob
-from tests.support import listening_sockets, not_loopback, run_cli, topic_args
+from tests.support import cmdline, listening_sockets, not_loopback, run_cli, topic_args
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +49,40 @@ def test_a_local_run_with_python_stages_listens_on_loopback_only(kafka, names):
         job.wait_for(r"checkpoints [1-9]\d* completed", 120)  # the Python worker is up
         listeners = _audit(descendants(job.proc.pid), "local run")
         assert len(listeners) >= 8  # REST, RPC, blob, Beam's fn services, the worker pool
+    finally:
+        assert job.interrupt() == 0, job.output
+
+
+# What stays on the wildcard without the shim, with every Flink bind option set: upstream
+# listeners that take no address (docs/security.md lists them with the same reasons).
+BEAM_SERVICES_PER_WORKER = 6  # control, data, state, logging, artifact, provision
+
+
+def test_with_the_shim_off_only_listeners_without_a_bind_option_are_on_the_wildcard(kafka, names):
+    """Flink's own options put REST, RPC, blob and data servers on loopback; the wildcard
+    holds exactly Flink's Prometheus reporter (`metrics.reporter.prom.port`, no host option)
+    and flink-python's Beam services for each Python worker (its ServerFactory binds
+    `NettyServerBuilder.forPort`), one of them the provision endpoint the worker is given."""
+    create_topics(kafka, {names("in"): 2, names("out"): 2, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(200, bad_every=50))
+    job = RunningJob(*_python_stage_args(kafka, names), env={**os.environ, SHIM_SWITCH: "off"})
+    try:
+        job.wait_for(r"checkpoints [1-9]\d* completed", 120)  # the Python worker is up
+        tree = descendants(job.proc.pid)
+        wildcard = not_loopback(listening_sockets(tree))
+        workers = [pid for pid in tree if "beam_boot" in cmdline(pid)]
+        provision = {
+            m.group(1) for pid in workers
+            for m in [re.search(r"--provision_endpoint=\S+:(\d+)", cmdline(pid))] if m
+        }  # fmt: skip
+        ports = {key.split("|")[1] for key in wildcard}
+        first, last = LOCAL_REPORTER_PORTS
+        reporter = {p for p in ports if first <= int(p) <= last}
+        print(f"[shim off] on the wildcard: {sorted(wildcard)}; workers {len(workers)}")
+        assert workers and provision and provision <= ports, (provision, ports)
+        assert len(reporter) == 1, wildcard
+        assert len(ports - reporter) == BEAM_SERVICES_PER_WORKER * len(workers), wildcard
+        assert all(command.startswith("java ") for command in wildcard.values()), wildcard
     finally:
         assert job.interrupt() == 0, job.output
 

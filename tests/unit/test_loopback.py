@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from pipelines.running.loopback import SHIM
+from pipelines.running.loopback import SHIM, SHIM_SWITCH, preload_env
 from tests.support import listening_sockets, not_loopback
 
 pytestmark = pytest.mark.unit
@@ -76,3 +76,41 @@ def test_the_shim_binds_wildcard_tcp_listeners_to_loopback():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_switched_off_the_shim_is_not_preloaded_and_on_it_is(monkeypatch):
+    monkeypatch.delenv(SHIM_SWITCH, raising=False)
+    assert str(SHIM) in preload_env({"PATH": "/bin"})["LD_PRELOAD"].split(":")
+    assert "LD_PRELOAD" not in preload_env({"PATH": "/bin", SHIM_SWITCH: "off"})
+    monkeypatch.setenv(SHIM_SWITCH, "off")
+    assert "LD_PRELOAD" not in preload_env({"PATH": "/bin"})
+
+
+def test_every_flink_bind_option_is_loopback_in_the_mini_cluster_and_the_standalone_cluster(
+    tmp_path, monkeypatch
+):
+    """Flink's own options first: the shim is then needed only for listeners with none
+    (tests/integration/test_listeners.py measures what those are with the shim off)."""
+    import yaml
+
+    from pipelines.flink.environment import FLINK_BIND_OPTIONS, MINI_CLUSTER_ON_LOOPBACK
+    from pipelines_dev.flink_cluster import Cluster
+
+    assert set(FLINK_BIND_OPTIONS) == {
+        "rest.bind-address", "jobmanager.bind-host", "taskmanager.bind-host"
+    }  # fmt: skip
+    cluster = Cluster(state_dir=tmp_path / "cluster")
+    cluster.write_conf()
+    conf = yaml.safe_load((cluster.conf_dir / "config.yaml").read_text())
+
+    def flat(tree, prefix=""):
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    standalone = dict(flat(conf))
+    for option in (*FLINK_BIND_OPTIONS, "rest.address", "taskmanager.host"):
+        assert MINI_CLUSTER_ON_LOOPBACK[option] == "127.0.0.1", option
+        assert standalone[option] == "127.0.0.1", option
