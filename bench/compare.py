@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.limits import case_limits, default_capacity, service_max
-from pipelines.running.processes import ProcessGroups, descendants
+from pipelines.running.processes import ProcessGroups, descendants, resident_bytes
 from pipelines_dev.enrichment_service import Service
 from pipelines_dev.kafka_broker import Broker
 from pipelines_dev.ports import free_ports
@@ -524,18 +524,9 @@ def figures(
     return rate, startup, e2e, error
 
 
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of `pid` and every process below it (JVMs, Python workers), in MB."""
-    total = 0
-    for each in descendants(pid):
-        try:
-            total += int(Path(f"/proc/{each}/statm").read_text().split()[1])
-        except (OSError, IndexError, ValueError):  # gone since
-            continue
-    return total * PAGE_SIZE / 1e6
+    return sum(resident_bytes(each) or 0 for each in descendants(pid)) / 1e6  # 0: gone since
 
 
 # -- the whole benchmark ------------------------------------------------------------------

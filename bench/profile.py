@@ -40,16 +40,10 @@ from bench.compare import (
     measure,
     use_tuning,
 )
-from pipelines.running.processes import ProcessGroups, descendants, proc_stats_of
+from pipelines.running.processes import ProcessGroups, cpu_seconds, descendants, program_name
 from pipelines_dev.topics import delete_topics
 
-TICKS = os.sysconf("SC_CLK_TCK")
 TITLE = re.compile(r"<title>(.+?) \(([\d,]+) samples?, [\d.]+%\)</title>")
-
-
-def cpu_seconds(pid: int) -> float | None:
-    fields = proc_stats_of(pid)
-    return None if fields is None else (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def py_spy() -> str:
@@ -87,11 +81,7 @@ class Sampler:
             time.sleep(0.2)
         labels = {proc.pid: "Python worker (the CLI, loopback)"}
         for pid in descendants(proc.pid) - {proc.pid}:
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            except OSError:  # gone since
-                continue
-            if comm == "java":
+            if program_name(pid) == "java":
                 labels[pid] = "Flink JVM (mini-cluster)"
         labels.update({pid: name for name, pid in self.others.items() if pid})
         before = {pid: cpu_seconds(pid) for pid in labels}

@@ -25,7 +25,13 @@ from pipelines.flink.distribution import flink_home
 from pipelines.flink.environment import FLINK_BIND_OPTIONS, PROMETHEUS_REPORTER
 from pipelines.running.loopback import preload_env
 from pipelines.running.paths import local_state
-from pipelines.running.processes import end_groups, group_alive, groups_of_ours
+from pipelines.running.processes import (
+    command_line,
+    end_groups,
+    group_alive,
+    groups_of_ours,
+    snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -265,17 +271,12 @@ class Cluster:
         )
 
     def taskmanager_pids(self) -> list[int]:
-        pids = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmd = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"TaskManagerRunner" in cmd and str(self.conf_dir).encode() in cmd:
-                pids.append(int(proc.name))
-        return pids
+        conf = str(self.conf_dir)
+        return [
+            pid
+            for pid, p in snapshot().items()
+            if not p.zombie and "TaskManagerRunner" in (cmd := command_line(pid)) and conf in cmd
+        ]
 
     def start_taskmanager(self, wait_s: float = 60.0) -> None:
         """Start one more TaskManager (e.g. after one was killed)."""

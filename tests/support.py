@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from pipelines.cli import DEVELOPER_COMMANDS
-from pipelines.running.processes import descendants, proc_stats
+from pipelines.running.processes import command_line, descendants, listening, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "pipelines_dev.commands"]  # what `pipelines-dev` runs
@@ -62,37 +62,28 @@ def topic_args(
 
 
 def cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline")
-            .read_bytes()
-            .replace(b"\0", b" ")
-            .decode(errors="replace")
-            .strip()
-        )
-    except OSError:
-        return ""
+    return command_line(pid).strip()
 
 
 def process_tree(pid: int) -> dict[int, tuple[str, str]]:
     """Everything a run started: `pid`'s descendants, the members of their process groups
     and sessions (orphans keep those), as {pid: (start time, command line)}."""
     found = descendants(pid)
-    stats = proc_stats()
-    groups = {int(stats[p][2]) for p in found if p in stats}
-    sessions = {int(stats[p][3]) for p in found if p in stats} - {os.getsid(0)}
-    found |= {p for p, f in stats.items() if int(f[2]) in groups or int(f[3]) in sessions}
-    return {p: (stats[p][19], cmdline(p)) for p in found if p in stats}
+    stats = snapshot()
+    groups = {stats[p].pgid for p in found if p in stats}
+    sessions = {stats[p].sid for p in found if p in stats} - {os.getsid(0)}
+    found |= {p for p, f in stats.items() if f.pgid in groups or f.sid in sessions}
+    return {p: (str(stats[p].started), cmdline(p)) for p in found if p in stats}
 
 
 def still_alive(tree: dict[int, tuple[str, str]]) -> dict[int, str]:
     """The processes of an earlier `process_tree` snapshot still running (same start time;
     a zombie has ended and only waits for its parent to read its status)."""
-    stats = proc_stats()
+    stats = snapshot()
     return {
         p: cmd
         for p, (start, cmd) in tree.items()
-        if p in stats and stats[p][19] == start and stats[p][0] != "Z"
+        if p in stats and str(stats[p].started) == start and not stats[p].zombie
     }
 
 
@@ -152,16 +143,16 @@ def orphaned_flink_processes() -> dict[int, str]:
     not counted: a developer's own `make cluster-up` cluster looks just like that."""
     me = os.getpid()
     markers = ("pyflink-udf-runner", "beam_boot", "PythonGatewayServer")
-    stats = proc_stats()
+    stats = snapshot()
 
     def leader_gone(pgid: int) -> bool:
-        return pgid not in stats or stats[pgid][0] == "Z"
+        return pgid not in stats or stats[pgid].zombie
 
     out = {}
-    for pid, fields in stats.items():
+    for pid, p in stats.items():
         # Re-parented (to PID 1, or to this session as subreaper) and its group's leader (the
         # JVM or script that started it) gone: an orphan, not a child the session started.
-        if fields[0] == "Z" or int(fields[1]) not in (1, me) or not leader_gone(int(fields[2])):
+        if p.zombie or p.ppid not in (1, me) or not leader_gone(p.pgid):
             continue
         cmd = cmdline(pid)
         if str(ROOT) in cmd and any(marker in cmd for marker in markers):
@@ -306,48 +297,9 @@ def run_cli(
 # ------------------------------------------------------------------ listening sockets
 
 
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    try:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    except OSError:
-        pass
-    return inodes
-
-
-def _address(hex_address: str) -> str:
-    import ipaddress
-
-    host, port = hex_address.split(":")
-    raw = bytes.fromhex(host)
-    # /proc/net/tcp{,6} print each 32-bit word in host (little-endian) order.
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    return f"{ipaddress.ip_address(words)}|{int(port, 16)}"
-
-
 def listening_sockets(pids) -> dict[str, int]:
-    """{"address|port": pid} of every TCP socket in LISTEN state held by one of `pids`,
-    read from /proc (each process's /proc/<pid>/net/tcp and tcp6 and its socket fds)."""
-    owners = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
-    found: dict[str, int] = {}
-    tables = {Path(f"/proc/{pid}/net") for pid in pids if Path(f"/proc/{pid}/net").exists()}
-    for table in tables:
-        for name in ("tcp", "tcp6"):
-            try:
-                lines = (table / name).read_text().splitlines()[1:]
-            except OSError:
-                continue
-            for line in lines:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in owners:  # 0A: LISTEN
-                    found[_address(fields[1])] = owners[fields[9]]
-    return found
+    """{"address|port": pid} of every TCP socket in LISTEN state held by one of `pids`."""
+    return listening(pids)
 
 
 def not_loopback(listeners: dict[str, int]) -> dict[str, str]:

@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from pipelines.running.paths import JARS_DIR
@@ -42,6 +43,9 @@ class ShimError(Exception):
 def build_shim() -> Path | None:
     """Compile the shim when missing or older than its source; None (and one line saying
     what that means) where no C compiler is installed."""
+    if not sys.platform.startswith("linux"):
+        log.info(f"skipped  {SHIM.name}: the loopback shim is Linux-only (docs/security.md)")
+        return None
     if SHIM.is_file() and SHIM.stat().st_mtime >= SOURCE.stat().st_mtime:
         log.info(f"ok       {SHIM.name}")
         return SHIM
@@ -79,6 +83,15 @@ def shim_switched_off(env: dict[str, str] | None = None) -> bool:
 def preload_env(env: dict[str, str]) -> dict[str, str]:
     """`env` with the shim first in LD_PRELOAD (a copy); unchanged, with one warning per
     process, where it was not built or is switched off."""
+    if not sys.platform.startswith("linux"):
+        if not _warned:
+            _warned.append(True)
+            log.info(
+                f"warning: the loopback shim is Linux-only (an LD_PRELOAD of glibc's bind); "
+                f"on {sys.platform} Flink's bind options keep its own listeners on loopback "
+                f"and the ones docs/security.md lists bind every interface"
+            )
+        return dict(env)
     if shim_switched_off(env):
         if not _warned:
             _warned.append(True)

@@ -10,6 +10,11 @@ one path no code of ours runs on, SIGKILL of this process, a small reaper proces
 session of its own, so the terminal's Ctrl-C and a CI runner's group kill do not reach
 it) holds the read end of a pipe: when this process dies for any reason the pipe closes
 and the reaper ends every group it was told about, then exits.
+
+This is the one module that reads other processes (their parents, groups, start times,
+command lines), and it does so through psutil, not /proc: the same calls on Linux and
+macOS (tests/unit/test_processes.py checks each, and that nothing else reads /proc).
+Process groups and sessions are POSIX (os.getpgid, os.getsid, os.killpg).
 """
 
 from __future__ import annotations
@@ -22,9 +27,119 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as a snapshot saw it. `started` (seconds since the epoch) with the pid
+    names one process: a reused pid has another start time."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    started: float
+    zombie: bool
+
+
+def _proc(p: psutil.Process, info: dict | None = None) -> Proc | None:
+    info = info if info is not None else p.as_dict(["ppid", "status", "create_time"])
+    try:
+        pgid, sid = os.getpgid(p.pid), os.getsid(p.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+    if info.get("ppid") is None or info.get("create_time") is None:
+        return None  # gone while it was read
+    zombie = info.get("status") == psutil.STATUS_ZOMBIE
+    return Proc(p.pid, info["ppid"], pgid, sid, info["create_time"], zombie)
+
+
+def snapshot() -> dict[int, Proc]:
+    """Every process of the machine that could be read, by pid."""
+    out: dict[int, Proc] = {}
+    for p in psutil.process_iter(["ppid", "status", "create_time"]):
+        found = _proc(p, p.info)
+        if found is not None:
+            out[p.pid] = found
+    return out
+
+
+def process(pid: int) -> Proc | None:
+    """`pid` now; None when no such process (or it cannot be read)."""
+    try:
+        return _proc(psutil.Process(pid))
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def command_line(pid: int) -> str:
+    """`pid`'s arguments joined by spaces; "" when it is gone, unreadable or a zombie."""
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except (psutil.Error, ValueError):
+        return ""
+
+
+def command_lines() -> dict[int, str]:
+    """Every readable process's arguments joined by spaces, by pid (one pass)."""
+    return {
+        p.pid: " ".join(p.info["cmdline"])
+        for p in psutil.process_iter(["cmdline"])
+        if p.info.get("cmdline")
+    }
+
+
+def environment(pid: int) -> dict[str, str]:
+    """`pid`'s environment as it started ({} when it cannot be read)."""
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, ValueError):
+        return {}
+
+
+def program_name(pid: int) -> str:
+    """The short name of `pid`'s program (`java`, `python3.11`); "" when gone."""
+    try:
+        return psutil.Process(pid).name()
+    except (psutil.Error, ValueError):
+        return ""
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time `pid` has used; None when it is gone."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.Error, ValueError):
+        return None
+    return times.user + times.system
+
+
+def resident_bytes(pid: int) -> int | None:
+    """`pid`'s resident memory; None when it is gone."""
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except (psutil.Error, ValueError):
+        return None
+
+
+def listening(pids) -> dict[str, int]:
+    """{"address|port": pid} of every TCP socket in LISTEN state held by one of `pids`."""
+    found: dict[str, int] = {}
+    for pid in pids:
+        try:
+            connections = psutil.Process(pid).net_connections(kind="tcp")
+        except (psutil.Error, ValueError):
+            continue
+        for c in connections:
+            if c.status == psutil.CONN_LISTEN and c.laddr:
+                found[f"{c.laddr.ip}|{c.laddr.port}"] = pid
+    return found
 
 
 def group_alive(pgid: int) -> bool:
@@ -36,7 +151,7 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return any(int(fields[2]) == pgid and fields[0] != "Z" for fields in proc_stats().values())
+    return any(p.pgid == pgid and not p.zombie for p in snapshot().values())
 
 
 def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:
@@ -126,22 +241,14 @@ class ProcessGroups:
 
     def members(self) -> list[int]:
         """PIDs now in the owned groups (for progress and for tests)."""
-        return [pid for pid, pgid in _process_groups().items() if pgid in self.groups]
+        return [pid for pid, p in snapshot().items() if p.pgid in self.groups]
 
 
-def start_time(pid: int) -> int | None:
-    """When `pid` started (clock ticks since boot, /proc/<pid>/stat field 22): with the pid,
-    it names one process; a reused pid has another start time."""
-    fields = proc_stats_of(pid)
-    return int(fields[19]) if fields and fields[0] != "Z" else None
-
-
-def proc_stats_of(pid: int) -> list[str] | None:
-    """The fields after the command name of /proc/<pid>/stat; None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+def start_time(pid: int) -> float | None:
+    """When `pid` started (seconds since the epoch); None when it is gone or a zombie. With
+    the pid, it names one process: a reused pid has another start time."""
+    found = process(pid)
+    return found.started if found is not None and not found.zombie else None
 
 
 def _mentions(pid: int, marker: bytes, exec_wait_s: float = 0.0) -> bool:
@@ -153,17 +260,14 @@ def _mentions(pid: int, marker: bytes, exec_wait_s: float = 0.0) -> bool:
     program's arguments are mapped. With `exec_wait_s`, empty is looked at again for that
     long instead of being read as "another program"."""
     deadline = time.monotonic() + exec_wait_s
+    text = marker.decode(errors="replace")
     while True:
-        seen = b""
-        for part in ("cmdline", "environ"):
-            try:
-                seen += Path(f"/proc/{pid}/{part}").read_bytes()
-            except OSError:
-                continue
-        if marker in seen:
+        line = command_line(pid)
+        values = environment(pid)
+        if text in line or any(text in f"{k}={v}" for k, v in values.items()):
             return True
-        stats = proc_stats_of(pid)
-        if seen or time.monotonic() >= deadline or not stats or stats[0] == "Z":
+        found = process(pid)
+        if line or values or time.monotonic() >= deadline or not found or found.zombie:
             return False
         time.sleep(0.02)
 
@@ -192,7 +296,7 @@ class PidFile:
 
     def write(self, pid: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f"{pid} {start_time(pid) or 0}\n")
+        self.path.write_text(f"{pid} {_stamp(start_time(pid) or 0.0)}\n")
 
     def live(self) -> int | None:
         try:
@@ -200,7 +304,7 @@ class PidFile:
         except OSError:
             return None
         try:
-            pid, started = int(fields[0]), int(fields[1]) if len(fields) > 1 else None
+            pid, started = int(fields[0]), float(fields[1]) if len(fields) > 1 else None
         except (ValueError, IndexError):
             self._stale("it holds no pid")
             return None
@@ -208,7 +312,7 @@ class PidFile:
         if now is None:
             self._stale(f"pid {pid} is not running")
             return None
-        if (started is not None and now != started) or not _mentions(
+        if (started is not None and _stamp(now) != _stamp(started)) or not _mentions(
             pid, self.marker, exec_wait_s=2.0
         ):
             self._stale(f"pid {pid} is another process now")
@@ -228,13 +332,18 @@ class PidFile:
         return None
 
 
+def _stamp(started: float) -> str:
+    """A start time as a pid file holds it (centiseconds: what every platform resolves)."""
+    return f"{started:.2f}"
+
+
 def groups_of_ours(pgids: list[int], marker: str) -> list[int]:
     """The groups among `pgids` that still hold a live process mentioning `marker`: a group
     id recorded long ago may belong to another program's processes now."""
     members: dict[int, list[int]] = {}
-    for pid, fields in proc_stats().items():
-        if fields[0] != "Z":
-            members.setdefault(int(fields[2]), []).append(pid)
+    for pid, p in snapshot().items():
+        if not p.zombie:
+            members.setdefault(p.pgid, []).append(pid)
     return [g for g in pgids if any(_mentions(p, marker.encode()) for p in members.get(g, ()))]
 
 
@@ -246,7 +355,7 @@ def sweep_scratch(prefix: str, min_age_s: float = 60.0) -> None:
     root = Path(tempfile.gettempdir())
     for path in root.glob(f"{prefix}*-*"):
         pid = path.name[len(prefix) :].split("-", 1)[0]
-        if not pid.isdigit() or proc_stats_of(int(pid)) is not None:
+        if not pid.isdigit() or process(int(pid)) is not None:
             continue
         try:
             info = path.stat()
@@ -262,26 +371,11 @@ def _package_parent() -> str:
     return f"{here}:{existing}" if existing else here
 
 
-def proc_stats() -> dict[int, list[str]]:
-    """The fields after the command name of /proc/<pid>/stat, for every process."""
-    out: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = proc_stats_of(int(entry.name))
-            if fields is not None:
-                out[int(entry.name)] = fields
-    return out
-
-
-def _process_groups() -> dict[int, int]:
-    return {pid: int(fields[2]) for pid, fields in proc_stats().items()}
-
-
 def descendants(pid: int) -> set[int]:
-    """`pid` and every process below it in the parent tree, read from /proc."""
+    """`pid` and every process below it in the parent tree."""
     children: dict[int, list[int]] = {}
-    for child, fields in proc_stats().items():
-        children.setdefault(int(fields[1]), []).append(child)
+    for child, p in snapshot().items():
+        children.setdefault(p.ppid, []).append(child)
     found, todo = set(), [pid]
     while todo:
         current = todo.pop()

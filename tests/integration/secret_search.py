@@ -11,13 +11,14 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import subprocess
 import tarfile
 import threading
 import urllib.request
 import zlib
 from pathlib import Path
+
+from pipelines.running.processes import command_lines
 
 CANARY_DIR = Path(__file__).resolve().parent / "canary"
 
@@ -39,16 +40,9 @@ class Sampler(threading.Thread):
 
     def run(self):
         while not self.stopping.is_set():
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                        line = f.read()
-                except OSError:
-                    continue
-                for name in hits(line, self.secrets):
-                    self.found[name] = line.replace(b"\0", b" ").decode(errors="replace")
+            for line in command_lines().values():
+                for name in hits(line.encode(), self.secrets):
+                    self.found[name] = line
             self.rounds += 1
             self.stopping.wait(0.05)
 

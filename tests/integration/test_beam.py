@@ -361,15 +361,15 @@ def test_the_java_services_take_their_options_from_jvm_args(beam_ready, monkeypa
     """Beam's Java worker and expansion service read JVM_ARGS, as Flink's scripts and the
     PyFlink gateway do: the way to size them."""
     from pipelines.beam.java import start_java_services
-    from pipelines.running.processes import ProcessGroups
+    from pipelines.running.processes import ProcessGroups, command_line
 
     monkeypatch.setenv("JVM_ARGS", "-Xmx321m -Dpipelines.probe=beam")
     owner = ProcessGroups()
     try:
         services = start_java_services(owner, log_dir=tmp_path)
         for what, (proc, _) in services.processes.items():
-            args = open(f"/proc/{proc.pid}/cmdline", "rb").read().split(b"\0")
-            assert b"-Xmx321m" in args and b"-Dpipelines.probe=beam" in args, (what, args)
+            args = command_line(proc.pid).split()
+            assert "-Xmx321m" in args and "-Dpipelines.probe=beam" in args, (what, args)
     finally:
         owner.end()
     assert all(proc.poll() is not None for proc, _ in services.processes.values())

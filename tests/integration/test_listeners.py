@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pipelines.running.loopback import SHIM_SWITCH
-from pipelines.running.processes import descendants, proc_stats
+from pipelines.running.processes import descendants, snapshot
 from pipelines.settings.schema import LOCAL_REPORTER_PORTS
 from pipelines_dev.demo import demo_values
 from pipelines_dev.topics import create_topics, produce
@@ -106,14 +106,8 @@ def test_the_standalone_cluster_and_its_python_workers_listen_on_loopback_only(
             deadline_checks += 1
             assert deadline_checks < 240, info
             time.sleep(0.5)
-        conf = str(flink_cluster.conf_dir).encode()
-        daemons = set()
-        for pid in proc_stats():
-            try:
-                if conf in open(f"/proc/{pid}/cmdline", "rb").read():
-                    daemons.add(pid)
-            except OSError:
-                continue
+        conf = str(flink_cluster.conf_dir)
+        daemons = {pid for pid in snapshot() if conf in cmdline(pid)}
         assert daemons, "no cluster daemon found"
         tree = set().union(*(descendants(pid) for pid in daemons))
         _audit(tree, "standalone cluster")

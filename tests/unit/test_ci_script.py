@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.running.processes import process
 from tests.support import ROOT
 
 pytestmark = pytest.mark.unit
@@ -70,11 +71,8 @@ def _lines(log: Path, prefix: str) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    found = process(pid)
+    return found is not None and not found.zombie
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:

@@ -198,14 +198,14 @@ def test_gateway_starts_in_a_group_the_owner_ends():
     script = textwrap.dedent("""
         import os
         from pipelines.flink.compat import disconnect_gateway, gateway_in_group
-        from pipelines.running.processes import ProcessGroups, group_alive
+        from pipelines.running.processes import ProcessGroups, command_line, group_alive
         owner = ProcessGroups()
         with gateway_in_group(owner):
             from pyflink.java_gateway import get_gateway
             tmp = get_gateway().jvm.java.lang.System.getProperty("java.io.tmpdir")
         [group] = owner.groups
         assert group != os.getpgid(0)
-        assert any("java" in open(f"/proc/{p}/cmdline").read() for p in owner.members())
+        assert any("java" in command_line(p) for p in owner.members())
         [scratch] = owner.scratch
         assert str(scratch) == tmp, (scratch, tmp)  # the JVM's temp files are the owner's
         disconnect_gateway()

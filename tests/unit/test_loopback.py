@@ -114,3 +114,16 @@ def test_every_flink_bind_option_is_loopback_in_the_mini_cluster_and_the_standal
     for option in (*FLINK_BIND_OPTIONS, "rest.address", "taskmanager.host"):
         assert MINI_CLUSTER_ON_LOOPBACK[option] == "127.0.0.1", option
         assert standalone[option] == "127.0.0.1", option
+
+
+def test_elsewhere_than_linux_the_shim_says_in_one_line_that_it_is_linux_only(monkeypatch, caplog):
+    from pipelines.running import loopback
+
+    monkeypatch.setattr(loopback.sys, "platform", "darwin")
+    monkeypatch.setattr(loopback, "_warned", [])
+    caplog.set_level("INFO", logger=loopback.__name__)
+    assert "LD_PRELOAD" not in preload_env({"PATH": "/bin"})
+    assert "LD_PRELOAD" not in preload_env({"PATH": "/bin"})
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "the loopback shim is Linux-only" in lines[0], lines
+    assert "on darwin" in lines[0]
