@@ -790,6 +790,21 @@ def _keep_evidence(topology: Topology, out: Path, job_state: dict, result: Resul
     return out
 
 
+def fatal_cause(log_text: str) -> str:
+    """The last fatal line of a Flink process's log with the deepest cause of the stack
+    trace under it ("Fatal error ... | Caused by: ...InvalidPidMappingException: ...")."""
+    lines = log_text.splitlines()
+    fatal = [i for i, line in enumerate(lines) if "FATAL" in line or "Fatal error" in line]
+    if not fatal:
+        return "no fatal line in its log"
+    below = lines[fatal[-1] + 1 : fatal[-1] + 300]
+    causes = [line.strip() for line in below if line.strip().startswith("Caused by:")]
+    first = next((line.strip() for line in below if "Exception" in line or "Error" in line), "")
+    return " | ".join(
+        x[:300] for x in (lines[fatal[-1]].strip(), causes[-1] if causes else first) if x
+    )
+
+
 def exited_by_themselves(ctx: Context, before: dict[str, int]) -> dict[str, int]:
     """Containers Docker restarted since `before` (role -> times), each noted with the
     fatal line of its log: a Flink process that ended itself is shown, not hidden by the
@@ -798,9 +813,7 @@ def exited_by_themselves(ctx: Context, before: dict[str, int]) -> dict[str, int]
     for role, count in ctx.topology.restart_counts().items():
         if count > before.get(role, 0):
             exited[role] = count - before.get(role, 0)
-            fatal = [line for line in ctx.topology.logs(role, 5000).splitlines()
-                     if "FATAL" in line or "Fatal error" in line]  # fmt: skip
-            why = fatal[-1].strip()[:300] if fatal else "no fatal line in its log"
+            why = fatal_cause(ctx.topology.logs(role, 5000))
             ctx.note(
                 f"{role} exited by itself {exited[role]} time(s) and its restart policy "
                 f"started it again; its log: {why}"
