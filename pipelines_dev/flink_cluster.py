@@ -25,13 +25,7 @@ from pipelines.flink.distribution import flink_home
 from pipelines.flink.environment import FLINK_BIND_OPTIONS, PROMETHEUS_REPORTER
 from pipelines.running.loopback import preload_env
 from pipelines.running.paths import local_state
-from pipelines.running.processes import (
-    command_line,
-    end_groups,
-    group_alive,
-    groups_of_ours,
-    snapshot,
-)
+from pipelines.running.processes import command_lines, end_groups, group_alive, groups_of_ours
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +268,8 @@ class Cluster:
         conf = str(self.conf_dir)
         return [
             pid
-            for pid, p in snapshot().items()
-            if not p.zombie and "TaskManagerRunner" in (cmd := command_line(pid)) and conf in cmd
+            for pid, cmd in command_lines().items()
+            if "TaskManagerRunner" in cmd and conf in cmd
         ]
 
     def start_taskmanager(self, wait_s: float = 60.0) -> None:

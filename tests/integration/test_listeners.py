@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pipelines.running.loopback import SHIM_SWITCH
-from pipelines.running.processes import descendants, snapshot
+from pipelines.running.processes import command_lines, descendants
 from pipelines.settings.schema import LOCAL_REPORTER_PORTS
 from pipelines_dev.demo import demo_values
 from pipelines_dev.topics import create_topics, produce
@@ -107,7 +107,7 @@ def test_the_standalone_cluster_and_its_python_workers_listen_on_loopback_only(
             assert deadline_checks < 240, info
             time.sleep(0.5)
         conf = str(flink_cluster.conf_dir)
-        daemons = {pid for pid in snapshot() if conf in cmdline(pid)}
+        daemons = {pid for pid, cmd in command_lines().items() if conf in cmd}
         assert daemons, "no cluster daemon found"
         tree = set().union(*(descendants(pid) for pid in daemons))
         _audit(tree, "standalone cluster")
