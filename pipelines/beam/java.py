@@ -284,12 +284,21 @@ def start_java_services(
     )
 
 
-def dead_service(services: JavaServices) -> str | None:
-    """A one-line reason if a Java service has exited (a pipeline would hang on it)."""
-    for what, (proc, log_path) in services.processes.items():
-        if proc.poll() is not None:
-            return (
-                f"Beam's {what} exited ({proc.returncode}) while the pipeline ran; see "
-                f"{log_path}: {_tail(log_path)}"
-            )
-    return None
+def dead_service(services: JavaServices, grace_s: float = 0.0) -> str | None:
+    """A one-line reason if a Java service has exited (a pipeline would hang on it).
+
+    `grace_s` is for a pipeline that has already failed: a killed process closes its
+    sockets before the kernel reports it exited, so the runner can see the broken
+    connection first. Waiting that long for an exit names the cause instead of only
+    "FAILED"; a pipeline that failed for another reason pays it once."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        for what, (proc, log_path) in services.processes.items():
+            if proc.poll() is not None:
+                return (
+                    f"Beam's {what} exited ({proc.returncode}) while the pipeline ran; see "
+                    f"{log_path}: {_tail(log_path)}"
+                )
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)

@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 # over 10 s once under a full test suite on 2 cores; 18 s still leaves the stop watchdog
 # (27 s, every stop within 30 s) time to end what is left.
 CANCEL_TIMEOUT_S = 18.0
+# How long a failed pipeline waits to learn whether a Java service's exit caused it: a
+# killed process's sockets close before its exit is reported, and a busy CI once saw the
+# runner fail in between.
+DEAD_SERVICE_GRACE_S = 5.0
 TERMINAL = {"DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"}
 
 
@@ -233,7 +237,7 @@ def run(name: str, args) -> int:
             progress.close()
         if state != "DONE":
             raise Failure(
-                java.dead_service(services)
+                dead_service(services, grace_s=DEAD_SERVICE_GRACE_S)
                 or f"beam job {name} ended {state}; see .local/logs/beam-*.log"
             )
         log.info(f"beam job {name} finished")
@@ -279,7 +283,10 @@ def _run_watched(pipeline, settings: Settings, progress: OutputCounter, services
     while True:
         thread.join(timeout=1.0)
         if "error" in holder:
-            raise Failure(f"beam pipeline failed: {_one_line(holder['error'])}")
+            raise Failure(
+                dead_service(services, grace_s=DEAD_SERVICE_GRACE_S)
+                or f"beam pipeline failed: {_one_line(holder['error'])}"
+            )
 
         dead = dead_service(services)
         if dead and not ("result" in holder and _state(holder["result"]) in TERMINAL):
