@@ -495,12 +495,18 @@ class ContainerBroker:
         container.with_name(self.name)
         container.with_kwargs(labels=owner_labels())
         self._container = container
+        # A start that fails, times out or is interrupted (Ctrl-C while the broker comes up)
+        # leaves no container or network: the caller has nothing to remove yet.
         try:
-            container.start()
-        except Exception as exc:  # docker-py's APIError: say which image and why, in one line
+            try:
+                container.start()
+            except Exception as exc:  # docker-py's APIError: say which image and why
+                first = str(exc).splitlines()[0]
+                raise DockerError(f"starting {self.image} failed: {first}") from exc
+            self.wait_ready(wait_s)
+        except BaseException:
             self.remove()
-            raise DockerError(f"starting {self.image} failed: {str(exc).splitlines()[0]}") from exc
-        self.wait_ready(wait_s)
+            raise
 
     @property
     def name(self) -> str:

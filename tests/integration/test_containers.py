@@ -44,6 +44,15 @@ def test_session_broker_runs_the_project_image_published_on_loopback_only(
     assert sorted(read_all(kafka, names("in"))) == sorted(values)
 
 
+def test_a_broker_start_that_fails_leaves_no_container_or_network(container_broker):
+    broker = containers.ContainerBroker(port=free_ports())
+    with pytest.raises(containers.DockerError, match="did not answer within 0s"):
+        broker.start(wait_s=0.0)
+    assert containers.docker("ps", "-aq", "--filter", f"name={broker.name}") == ""
+    found = containers.docker("network", "ls", "-q", "--filter", f"name={broker.network_name}")
+    assert found == ""
+
+
 @pytest.fixture(scope="module")
 def deploy_image(container_broker):
     started = time.monotonic()
