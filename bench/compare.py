@@ -241,6 +241,11 @@ def use_tuning(items: list[str]) -> None:
         TUNED[kind] = [arg for item in items for arg in ("--set", item)]
 
 
+# The same job writing at least once (no transactions, output visible as written): the row
+# to hold beside Bytewax, whose sink has no transactions, and beside the job itself, which
+# says what exactly once costs here.
+AT_LEAST_ONCE_JOB = ["--set", "sink.delivery=at-least-once"]
+
 # The Beam pipeline runs beside the PyFlink job where the issue asks for it: 50 ms lookups.
 BEAM_CASES = {"enrich-50ms"}
 # Where the second core goes: the job at parallelism 2 (project-p2) beside parallelism 1.
@@ -250,6 +255,8 @@ SCALED = ["--set", "job.parallelism=2"]
 
 def systems_for(case: Case, tuned: bool) -> list[str]:
     names = ["project"]
+    if tuned:
+        names.append("project-alo")
     if tuned and TUNED[case.kind]:
         names.append("project-tuned")
     if tuned and case.name in SCALING_CASES:
@@ -284,7 +291,11 @@ def system_command(
         )
     if system == "beam":
         return beam_command(case, tag, source, bootstrap, service_url)
-    extra = {"project-tuned": TUNED[case.kind], "project-p2": SCALED}.get(system, [])
+    extra = {
+        "project-tuned": TUNED[case.kind],
+        "project-p2": SCALED,
+        "project-alo": AT_LEAST_ONCE_JOB,
+    }.get(system, [])
     return project_command(case, tag, source, bootstrap, service_url, extra, interval_s)
 
 
@@ -625,18 +636,17 @@ def table(summaries: list[Summary], limits: dict[str, dict[str, float]] | None =
     limits = limits or {}
     header = (
         f"{'case':13} {'system':14} {'min/s':>9} {'median/s':>9} {'max/s':>9} "
-        f"{'x quix':>7} {'x peer':>7} {'of lim':>6} {'start s':>8} {'e2e/s':>8} {'RSS MB':>7}  notes"
+        f"{'x quix':>7} {'x bwax':>7} {'of lim':>6} {'start s':>8} {'e2e/s':>8} {'RSS MB':>7}  notes"
     )
     lines = [header, "-" * len(header)]
-    peers = {s.case: s.median for s in summaries if s.system == "quix"}
-    best: dict[str, float] = {}  # the best peer's median per case: `x peer` is best with best
+    # Each row against both peers as they run: Quix exactly once (the project's rows that
+    # write exactly once pair with it), Bytewax at least once (project-alo pairs with it).
+    quix = {s.case: s.median for s in summaries if s.system == "quix" and s.median}
+    bytewax = {s.case: s.median for s in summaries if s.system == "bytewax" and s.median}
     for s in summaries:
-        if s.system in PEERS and s.median:
-            best[s.case] = max(best.get(s.case, 0.0), s.median)
-    for s in summaries:
-        peer = peers.get(s.case)
+        peer, other = quix.get(s.case), bytewax.get(s.case)
         ratio = s.median / peer if s.median and peer else None
-        versus = s.median / best[s.case] if s.median and s.case in best else None
+        versus = s.median / other if s.median and other else None
         low, high = (min(s.rates), max(s.rates)) if s.rates else (None, None)
         found = limits.get(s.case)
         share = s.median / min(found.values()) if found and s.median else None
@@ -647,6 +657,33 @@ def table(summaries: list[Summary], limits: dict[str, dict[str, float]] | None =
             f"{_cell(s.startup, '8.1f', 8)} "
             f"{_cell(s.e2e, '8,.0f', 8)} {_cell(s.rss_mb, '7,.0f', 7)}  "
             f"{'; '.join(notes_of(s))}"
+        )
+    return "\n".join(lines)
+
+
+def costs_text(summaries: list[Summary]) -> str:
+    """Below the table: what exactly once costs (the job against itself writing at least
+    once, per case) and what the Python bridge costs (the parsing copy against the
+    JVM-only copy, both at least once), from this run's medians."""
+    medians = {(s.case, s.system): s.median for s in summaries if s.median}
+    lines = []
+    eo = [
+        f"{case} {medians[(case, 'project')] / alo:.2f}"
+        for (case, system), alo in medians.items()
+        if system == "project-alo" and (case, "project") in medians
+    ]
+    if eo:
+        lines.append(
+            "what exactly once costs (project / project-alo, 1 s checkpoints): " + ", ".join(eo)
+        )
+    jvm, python = (
+        medians.get(("copy-bytes", "project-alo")),
+        medians.get(("copy-json", "project-alo")),
+    )
+    if jvm and python:
+        lines.append(
+            f"what the Python bridge costs (copy-json / copy-bytes, at least once): "
+            f"{python / jvm:.2f} (each record crosses JVM -> Python worker -> JVM and is parsed)"
         )
     return "\n".join(lines)
 
@@ -664,6 +701,7 @@ def notes_of(s: Summary) -> list[str]:
 
 # Systems that write at least once (the others: exactly once, read back with read_committed).
 AT_LEAST_ONCE = {
+    "project-alo": "at least once (sink.delivery)",
     "beam": "at least once (KafkaIO write, no transactions)",
     "bytewax": "at least once (its Kafka sink has no transactions)",
 }
@@ -829,8 +867,13 @@ def main(argv: list[str] | None = None) -> None:
     summaries = summarise(runs)
     limits = limits_of(summaries, selected, services)
     text = table(summaries, limits) + "\n\n" + limits_text(limits, service_notes)
+    costs = costs_text(summaries)
+    if costs:
+        text += "\n\n" + costs
     print(text)
-    name = "compare-quick" if args.quick else "compare"
+    # A run of some cases or systems does not replace the full table.
+    partial = bool(args.cases or args.systems or args.records or args.reps != 3)
+    name = "compare-quick" if args.quick else "compare-partial" if partial else "compare"
     (RESULTS / f"{name}.txt").write_text(text + "\n")
     (RESULTS / f"{name}.json").write_text(
         json.dumps(

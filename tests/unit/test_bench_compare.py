@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.compare import Case, Run, figures, progress, summarise, table
+from bench.compare import Case, Run, costs_text, figures, progress, summarise, systems_for, table
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +58,47 @@ def test_the_table_says_which_runs_the_budget_cut_and_what_they_wrote():
     text = table(summarise(runs))
     assert "2 of 3 runs cut at 45 s of output (54,000-55,100)" in text  # the case's budget
     assert "1,800" in text and "1,900" in text
+
+
+def _runs(rates: dict[tuple[str, str], float]) -> list[Run]:
+    return [
+        Run(case, system, 1, rate, 2.0, rate, 1000, 1000) for (case, system), rate in rates.items()
+    ]
+
+
+RATES = {
+    ("copy-bytes", "project"): 120_000.0,
+    ("copy-bytes", "project-alo"): 125_000.0,
+    ("copy-json", "project"): 80_000.0,
+    ("copy-json", "project-alo"): 100_000.0,
+    ("copy-json", "quix"): 40_000.0,
+    ("copy-json", "bytewax"): 125_000.0,
+}
+
+
+def test_each_row_is_held_against_quix_and_against_bytewax():
+    lines = table(summarise(_runs(RATES))).splitlines()
+    assert lines[0].split()[5:9] == ["x", "quix", "x", "bwax"]
+    row = {tuple(line.split()[:2]): line.split() for line in lines[2:]}
+    # exactly once beside Quix's exactly once; at least once beside Bytewax
+    assert row[("copy-json", "project")][5:7] == ["2.00", "0.64"]
+    assert row[("copy-json", "project-alo")][5:7] == ["2.50", "0.80"]
+    assert "at least once (sink.delivery)" in " ".join(row[("copy-json", "project-alo")])
+    assert row[("copy-bytes", "project")][5:7] == ["-", "-"]  # no peer ran that case
+
+
+def test_the_costs_of_exactly_once_and_of_the_bridge_come_from_the_same_run():
+    assert costs_text(summarise(_runs(RATES))).splitlines() == [
+        "what exactly once costs (project / project-alo, 1 s checkpoints): "
+        "copy-bytes 0.96, copy-json 0.80",
+        "what the Python bridge costs (copy-json / copy-bytes, at least once): 0.80 "
+        "(each record crosses JVM -> Python worker -> JVM and is parsed)",
+    ]
+    assert costs_text(summarise(_runs({("copy-json", "project"): 1.0}))) == ""
+
+
+def test_the_full_run_has_the_at_least_once_row_in_every_case():
+    for case in ("copy-bytes", "copy-json", "enrich"):
+        names = systems_for(Case(case, case, 1000), tuned=True)
+        assert {"project", "project-alo", "quix", "bytewax"} <= set(names)
+    assert "project-alo" not in systems_for(Case("copy-json", "copy-json", 1000), tuned=False)

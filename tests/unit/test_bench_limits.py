@@ -66,7 +66,7 @@ def test_each_kind_of_case_is_held_against_the_limits_that_apply():
     assert case_limits("enrich", 500, 8000, None, None, None) == {"capacity/latency": 16_000.0}
 
 
-def test_the_table_shows_shares_of_the_smallest_limit_and_of_the_best_peer():
+def test_the_table_shows_shares_of_the_smallest_limit_and_of_each_peer():
     summaries = [
         Summary("enrich-50ms", "project", rates=[30_000.0, 35_000.0, 40_000.0], rss=[900.0]),
         Summary("enrich-50ms", "quix", rates=[1_750.0]),
@@ -74,11 +74,11 @@ def test_the_table_shows_shares_of_the_smallest_limit_and_of_the_best_peer():
     ]
     limits = {"enrich-50ms": {"parse-only": 70_000.0, "capacity/latency": 160_000.0}}
     rows = table(summaries, limits).splitlines()
-    assert rows[0].split()[5:11] == ["x", "quix", "x", "peer", "of", "lim"]
+    assert rows[0].split()[5:11] == ["x", "quix", "x", "bwax", "of", "lim"]
     project, quix = rows[2].split(), rows[3].split()
-    assert project[3:8] == ["35,000", "40,000", "20.00", "20.00", "50%"]
+    assert project[3:8] == ["35,000", "40,000", "20.00", "35.00", "50%"]
     assert project[-1] == "900"
-    assert quix[5:8] == ["1.00", "1.00", "2%"]
+    assert quix[5:8] == ["1.00", "1.75", "2%"]
     text = limits_text(limits, {"enrich-50ms": "wrk, 640 connections x batches of 200"})
     assert "*parse-only 70,000, capacity/latency 160,000" in text
     assert "[service: wrk, 640 connections" in text
