@@ -34,13 +34,22 @@ class ProgressMonitor:
         self._trigger: str | None = None  # the request id of our first-checkpoint trigger
         self._next_try = 0.0  # when a failed trigger may be made again
 
-    def failures(self) -> list[str]:
+    def failures(self, retry_s: float = 0.0) -> list[str]:
         """One line for each failure of the job since the last call (each restarts it, the
-        last one ends it), its cause in one line; the full traces go to `trace_log`."""
-        try:
-            doc = self._get(f"/jobs/{self.job_id}/exceptions?maxExceptions=20")
-        except Exception:  # noqa: BLE001 - between states, or gone
-            return []
+        last one ends it), its cause in one line; the full traces go to `trace_log`.
+
+        `retry_s`: how long to keep asking when the REST API does not answer, for the last
+        call after the job ended: a short job's failures are seen there or never (a busy
+        machine once let that one request time out, and a restart went unreported)."""
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                doc = self._get(f"/jobs/{self.job_id}/exceptions?maxExceptions=20")
+                break
+            except Exception:  # noqa: BLE001 - between states, or gone
+                if time.monotonic() >= deadline:
+                    return []
+                time.sleep(0.5)
         entries = (doc.get("exceptionHistory") or {}).get("entries") or []
         lines = []
         for entry in sorted(entries, key=lambda e: e.get("timestamp", 0)):

@@ -237,7 +237,7 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
                 log.info(line)
                 shown, shown_at = line, time.monotonic()
         _wait_done(outcome, 0.2 if time.monotonic() < starting_until else progress_every)
-    for failure in monitor.failures():  # the one that ended the job, if any
+    for failure in monitor.failures(retry_s=10.0):  # the one that ended the job, if any
         log.info(failure)
     checkpoints = monitor.completed_checkpoints()
     try:

@@ -66,3 +66,33 @@ def test_a_failure_seen_once_stays_counted_after_it_leaves_the_history():
         },
     }.__getitem__
     assert monitor.line().endswith("checkpoints 10 completed, 1 failed")
+
+
+def test_the_last_look_at_failures_asks_again_until_the_rest_api_answers():
+    history = {
+        "exceptionHistory": {
+            "entries": [
+                {
+                    "timestamp": 5,
+                    "exceptionName": "java.lang.RuntimeException",
+                    "taskName": "parse (1/1)",
+                    "stacktrace": "java.lang.RuntimeException: injected",
+                }
+            ]
+        }
+    }
+    calls = []
+
+    def busy(path: str):
+        calls.append(path)
+        if len(calls) < 3:
+            raise TimeoutError("timed out")
+        return history
+
+    monitor = ProgressMonitor("http://127.0.0.1:1", "j1")
+    monitor._get = busy  # type: ignore[method-assign]
+    assert monitor.failures() == []  # a periodic look: one try
+    assert monitor.failures(retry_s=30) == [
+        "failure #1 in parse (1/1): java.lang.RuntimeException: injected"
+    ]
+    assert len(calls) == 3
