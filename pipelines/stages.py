@@ -46,6 +46,7 @@ from pipelines.settings import (
     ConfigError,
     DeliveryGuarantee,
     EnrichmentOperator,
+    ExecutionMode,
     FieldType,
     Settings,
 )
@@ -378,13 +379,17 @@ def parse(
 
     _expect(raw, Rows, "parse", _FIX_ROWS)
     graph = raw.graph
+    # Thread mode: no data plane to amortise, and PyFlink 2.2.1 hands a list of rows over
+    # as one reused row repeated (flink_compat.row_fields): one record per element, each
+    # its own batch of one line, so the stream keeps its shape.
+    batched = not per_record and settings.python.execution_mode is not ExecutionMode.THREAD
     parse_fn, dead_letters_tag = make_parse_function(
         settings.parse,
         settings.faults,
         settings.job.name,
         event_time_field=event_time_field,
         max_future_skew=settings.watermarks.max_future_skew if event_time_field else None,
-        batched=not per_record,
+        batched=batched,
         trace_timing=trace_timing,
         errors=settings.errors,
         extra_required=extra_required,
@@ -393,7 +398,7 @@ def parse(
         stage=name,
     )
     rows = raw
-    if not per_record:
+    if batched:
         rows = batch_records(
             raw,
             batch_size or settings.python.batch_size,

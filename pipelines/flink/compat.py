@@ -523,3 +523,39 @@ def metric_totals(get, base: str) -> dict[str, int]:
             key = wanted[item["id"]]
             totals[key] = totals.get(key, 0) + int(float(item.get("sum", 0)))
     return totals
+
+
+def subtask_index(runtime_context) -> int:
+    """This subtask's index from a Python function's runtime context, in either mode.
+
+    PyFlink 2.2.1's thread-mode runtime context (fn_execution/datastream/embedded) calls the
+    Java `RuntimeContext.getIndexOfThisSubtask`, which Flink 2.0 moved to `TaskInfo`: the
+    call fails with AttributeError on the pemja object. Its `_runtime_context` is that Java
+    context. tests/unit/test_flink_compat.py fails once PyFlink's own call works again.
+    """
+    try:
+        return runtime_context.get_index_of_this_subtask()
+    except AttributeError:
+        return runtime_context._runtime_context.getTaskInfo().getIndexOfThisSubtask()
+
+
+def row_fields(row):
+    """A source Row's fields in either execution mode, to unpack by position.
+
+    PyFlink 2.2.1's thread mode hands a Java Row to Python as a plain tuple, (its RowKind's
+    ordinal, (the fields...)); process mode as a pyflink Row, which unpacks to its fields.
+    Beam's rows (NamedTuple subclasses) pass through as they are."""
+    return row[1] if type(row) is tuple else row
+
+
+def embedded_python_path() -> str:
+    """`python.pythonpath` for thread mode: this interpreter's import path.
+
+    Thread mode runs the Python stages in the JVM with pemja, which starts the libpython of
+    the base interpreter, not the virtualenv's: its site-packages (pemja itself, PyFlink,
+    this project through its editable install's .pth) are not on the path unless handed
+    over. Under `flink run` to a cluster whose TaskManagers have their own interpreter this
+    is that cluster's to set."""
+    import sys
+
+    return os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))

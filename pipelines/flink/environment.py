@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
+from pipelines.flink.compat import embedded_python_path
 from pipelines.flink.jobmanager import JOB_PARAMETER, PREFIX_PARAMETER, SAVEPOINT_PARAMETER
 from pipelines.running import paths
-from pipelines.settings import RestartStrategy, Retention, Settings
+from pipelines.settings import ExecutionMode, RestartStrategy, Retention, Settings
 from pipelines.shipping import jars
 from pipelines.stages import declare_uses
 
@@ -109,6 +110,10 @@ def flink_configuration(
             }
         ),
     }
+    # Always set: a gateway that ran a thread-mode job keeps the mode for the next job.
+    conf["python.execution-mode"] = settings.python.execution_mode.value
+    if settings.python.execution_mode is ExecutionMode.THREAD and python == sys.executable:
+        conf["python.pythonpath"] = embedded_python_path()  # a cluster's python sets its own
     if cp.enabled:
         conf.update(
             {

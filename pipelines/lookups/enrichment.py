@@ -31,6 +31,7 @@ import asyncio
 import time
 
 from pipelines.flink.compat import split_lines as split_in_jvm
+from pipelines.flink.compat import subtask_index
 from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage's interface
     ClientFactory,
     EnrichmentClient,
@@ -43,9 +44,11 @@ from pipelines.records import jsontext
 from pipelines.records.lines import DEAD_MARK, join_lines, split_lines, split_meta
 from pipelines.records.parse import DEAD_LETTER_OVERHEAD, ErrorBudget, RowParser, record_dead_letter
 from pipelines.settings import (
+    ConfigError,
     EnrichmentOperator,
     EnrichmentSettings,
     ErrorSettings,
+    ExecutionMode,
     OnFailure,
     Settings,
 )
@@ -373,7 +376,7 @@ def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory
                 settings.parse,
                 settings.faults,
                 settings.job.name,
-                subtask=runtime_context.get_index_of_this_subtask(),
+                subtask=subtask_index(runtime_context),
                 trace_timing=settings.enrichment.trace_timing,
                 errors=settings.errors,
                 dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
@@ -441,6 +444,15 @@ def apply_enrichment(
 
     settings = without_secrets(settings)  # what the pickled functions below carry
     cfg = settings.enrichment
+    if (
+        settings.python.execution_mode is ExecutionMode.THREAD
+        and cfg.operator is not EnrichmentOperator.SYNC
+    ):
+        raise ConfigError(
+            f"python.execution_mode: thread cannot run enrichment.operator: "
+            f"{cfg.operator.value} (PyFlink runs no AsyncFunction in thread mode); "
+            f"allowed with it: process"
+        )
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
     if cfg.operator is EnrichmentOperator.SYNC:
         out = stream.map(make_sync_function(settings, client_factory), output_type=Types.STRING())

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import cast
 
+from pipelines.flink.compat import row_fields, subtask_index
 from pipelines.records import jsontext
 from pipelines.records.lines import join_lines, with_meta
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
@@ -177,13 +178,23 @@ def _kept(data: bytes | None, budget: int, prefix: str) -> tuple[dict, int]:
     return fields, len(kept)
 
 
+def source_fields(row) -> tuple:
+    """(topic, partition, offset, timestamp, key, value) of a source record: by name from
+    PyFlink's Row (process mode) or Beam's Kafka row, by position from what thread mode
+    hands over (flink_compat.row_fields; the source's field order)."""
+    if hasattr(row, "value"):
+        return row.topic, row.partition, row.offset, row.timestamp, row.key, row.value
+    return tuple(row_fields(row)[:6])
+
+
 def dead_letter(
     row, reason: str, job: str, max_bytes: int = 1_048_576, stage: str = "parse"
 ) -> str:
     """The dead-letter message for an original Kafka record: its bytes (base64, cut to fit
     `max_bytes` with size and SHA-256 kept), a preview, the reason and the origin."""
-    value = bytes(row.value) if row.value is not None else None
-    key = bytes(row.key) if row.key is not None else None
+    topic, partition, offset, timestamp, key, value = source_fields(row)
+    value = bytes(value) if value is not None else None
+    key = bytes(key) if key is not None else None
     room = max((max_bytes - DEAD_LETTER_OVERHEAD) * 3 // 4, 0)  # base64: 4 chars per 3 bytes
     key_fields, used = _kept(key, min(room, 65_536), "key")
     value_fields, _ = _kept(value, room - used, "value")
@@ -197,7 +208,7 @@ def dead_letter(
             "error": reason[:REASON_CHARS],
             "job": job,
             "stage": stage,
-            "origin": origin_block(row.topic, row.partition, row.offset, row.timestamp),
+            "origin": origin_block(topic, partition, offset, timestamp),
             **key_fields,
             **value_fields,
             "value_preview": preview,
@@ -319,7 +330,7 @@ class RowParser:
             _maybe_fail(faults, self.subtask)
         try:
             # One unpacking: PyFlink's Row resolves each attribute by name (~0.8 us each).
-            topic, partition, offset, timestamp, key, value, headers = row
+            topic, partition, offset, timestamp, key, value, headers = row_fields(row)
             record, reason = parse_value(
                 value, self.required, self.event_time_field, self.origin_field, self.max_future_skew
             )
@@ -365,7 +376,7 @@ def make_parse_function(
 
     class Parse(ProcessFunction):
         def open(self, runtime_context):
-            subtask = runtime_context.get_index_of_this_subtask()
+            subtask = subtask_index(runtime_context)
             self.parser = RowParser(parse, faults, job, subtask=subtask, **options)
             runtime_context.get_metrics_group().gauge("deadLetters", lambda: self.parser.dead)
 

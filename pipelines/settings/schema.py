@@ -439,6 +439,11 @@ class BeamSettings(Model):
         return self
 
 
+class ExecutionMode(str, Enum):
+    PROCESS = "process"  # a Python worker process beside the JVM, records over Beam's data plane
+    THREAD = "thread"  # the Python stage inside the TaskManager's JVM (pemja): no data plane
+
+
 class PythonSettings(Model):
     """How records reach the Python worker. PyFlink finishes the open bundle before every
     checkpoint barrier, so a bundle of 1000 records (Flink's default) behind a 250 ms
@@ -451,6 +456,8 @@ class PythonSettings(Model):
     # batch_size applies behind lookups). One crossing per batch, not per record.
     batch_size: int = Field(default=500, ge=1)
     batch_delay: int = 20  # longest a partial batch waits before it is sent on
+    # Where the job's Python stages run (Flink's python.execution-mode, one for the job).
+    execution_mode: ExecutionMode = ExecutionMode.PROCESS
 
     _dur = duration_fields("bundle_time", "batch_delay")
 

@@ -127,7 +127,12 @@ def test_no_record_stops_the_enrich_job(kafka, names, enrichment_service):
     )
 
 
-def test_no_record_stops_the_windowed_job(kafka, names):
+# Where the parse stage runs (python.execution_mode): a worker process, or the JVM.
+MODES = ["process", "thread"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_record_stops_the_windowed_job(kafka, names, mode):
     base = 1_700_000_000_000
     good = [
         json.dumps({"id": i, "key": "ab"[i % 2], "ts": base + i * 100}).encode() for i in range(300)
@@ -145,6 +150,8 @@ def test_no_record_stops_the_windowed_job(kafka, names):
         "checkpoint.interval=1s",
         "--set",
         "watermarks.max_out_of_orderness=1min",
+        "--set",
+        f"python.execution_mode={mode}",
     )
     assert "job windowed finished" in proc.stdout, proc.stdout
     emitted = sorted(
@@ -178,7 +185,8 @@ def test_the_passthrough_copy_is_byte_exact_whatever_the_bytes(kafka, names):
     assert Counter(read_all(kafka, names("out"))) == Counter(values)
 
 
-def test_no_record_stops_the_validating_passthrough_job(kafka, names):
+@pytest.mark.parametrize("mode", MODES)
+def test_no_record_stops_the_validating_passthrough_job(kafka, names, mode):
     good = demo_values(200)
     values = interleave(good, [v for v, _ in POISON])
     create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
@@ -193,6 +201,8 @@ def test_no_record_stops_the_validating_passthrough_job(kafka, names):
         "source.bounded=true",
         "--set",
         "checkpoint.interval=1s",
+        "--set",
+        f"python.execution_mode={mode}",
     )
     assert "job passthrough finished" in proc.stdout, proc.stdout
     out = [json.loads(v) for v in read_all(kafka, names("out"))]

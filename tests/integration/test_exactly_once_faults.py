@@ -167,7 +167,7 @@ def resume_until_complete(kafka, names, *args: str) -> Resumed:
     return Resumed(resumed, restored, parallelism)
 
 
-def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names, job, tmp_path):
+def recovers_from_an_injected_failure(kafka, names, tmp_path, job: list[str], label: str):
     proc = run_cli(
         "run",
         *job,
@@ -183,7 +183,28 @@ def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names
     # and restarted the job: it then finished with every record.
     output = proc.stdout + proc.stderr
     assert re.search(r"failure #1 in .*InjectedFault", output), output
-    assert_exactly_once(kafka, names("out"), "task failure", names("dlq"))
+    assert_exactly_once(kafka, names("out"), label, names("dlq"))
+
+
+def test_injected_task_failure_is_recovered_by_the_restart_strategy(kafka, names, job, tmp_path):
+    recovers_from_an_injected_failure(kafka, names, tmp_path, job, "task failure")
+
+
+def test_thread_mode_parse_recovers_from_an_injected_failure_exactly_once(kafka, names, tmp_path):
+    """The validating passthrough with its parse stage inside the TaskManager's JVM
+    (python.execution_mode: thread): a task failure mid-stream, a restart, nothing lost or
+    written twice."""
+    create_topics(kafka, {names("in"): 3, names("out"): 3, names("dlq"): 1})
+    produce(kafka, names("in"), demo_values(N))
+    job = ["passthrough", *topic_args(kafka, names, dead_letters=True)]
+    for setting in (
+        "parse.validate_records=true",
+        "python.execution_mode=thread",
+        "source.bounded=true",
+        "checkpoint.interval=1s",
+    ):
+        job += ["--set", setting]
+    recovers_from_an_injected_failure(kafka, names, tmp_path, job, "thread-mode task failure")
 
 
 def test_killed_minicluster_process_resumes_from_latest_checkpoint(

@@ -166,3 +166,25 @@ def test_the_source_is_sized_by_the_uses_the_environment_declared(flink_env, mon
     assert seen == [(), ("enrichment",)]
     assert source_properties(settings, seen[1])["max.poll.records"] == "37"
     assert source_properties(settings, seen[0])["max.poll.records"] != "37"
+
+
+def test_thread_mode_parses_one_record_per_element_and_refuses_async_lookups(flink_env):
+    settings = settings_for("passthrough", "python.execution_mode=thread")
+    env = create_environment(settings)
+    conf = env._j_stream_execution_environment.getConfiguration().toMap()
+    assert conf.get("python.execution-mode") == "thread"
+    assert conf.get("python.pythonpath")  # this venv's path, for the TaskManager's pemja
+    parsed, _ = stages.parse(stages.kafka_source(env, settings), settings)
+    assert isinstance(parsed, stages.Batches)  # same shape as in process mode: one line each
+    assert "batch" not in uids(env)  # no RecordBatcher: see flink_compat.row_fields
+    settings = settings_for("enrich", "python.execution_mode=thread")
+    env = create_environment(settings)
+    with pytest.raises(stages.ConfigError) as raised:
+        stages.parse_and_enrich(stages.kafka_source(env, settings), settings, lookup_client)
+    assert str(raised.value) == (
+        "python.execution_mode: thread cannot run enrichment.operator: batched (PyFlink runs "
+        "no AsyncFunction in thread mode); allowed with it: process"
+    )
+    env = create_environment(settings_for("passthrough"))  # the mode never carries over
+    conf = env._j_stream_execution_environment.getConfiguration().toMap()
+    assert conf.get("python.execution-mode") == "process"
