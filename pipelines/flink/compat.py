@@ -539,6 +539,17 @@ def subtask_index(runtime_context) -> int:
         return runtime_context._runtime_context.getTaskInfo().getIndexOfThisSubtask()
 
 
+def is_thread_mode(runtime_context) -> bool:
+    """Whether a Python function runs in thread mode (its runtime context is PyFlink's
+    fn_execution.datastream.embedded one).
+
+    What differs there for the project's stages: a gauge is a Python callable that Flink's
+    metrics thread calls through pemja, and a call after the task's interpreter is gone
+    kills the JVM (SIGSEGV in take_gil, seen at a job's end on 2.2.1). Stages count with
+    counters in thread mode instead."""
+    return ".embedded." in type(runtime_context).__module__
+
+
 def row_fields(row):
     """A source Row's fields in either execution mode, to unpack by position.
 

@@ -444,14 +444,13 @@ def apply_enrichment(
 
     settings = without_secrets(settings)  # what the pickled functions below carry
     cfg = settings.enrichment
-    if (
-        settings.python.execution_mode is ExecutionMode.THREAD
-        and cfg.operator is not EnrichmentOperator.SYNC
-    ):
+    if settings.python.execution_mode is ExecutionMode.THREAD:
+        # The async operators: PyFlink runs no AsyncFunction in thread mode. All of them:
+        # their counts are gauges (flink_compat.is_thread_mode).
         raise ConfigError(
-            f"python.execution_mode: thread cannot run enrichment.operator: "
-            f"{cfg.operator.value} (PyFlink runs no AsyncFunction in thread mode); "
-            f"allowed with it: process"
+            f"python.execution_mode: thread cannot run the enrichment stage "
+            f"(enrichment.operator: {cfg.operator.value}; PyFlink runs no AsyncFunction in "
+            f"thread mode); allowed for a job with enrichment: process"
         )
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
     if cfg.operator is EnrichmentOperator.SYNC:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import cast
 
-from pipelines.flink.compat import row_fields, subtask_index
+from pipelines.flink.compat import is_thread_mode, row_fields, subtask_index
 from pipelines.records import jsontext
 from pipelines.records.lines import join_lines, with_meta
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
@@ -378,7 +378,12 @@ def make_parse_function(
         def open(self, runtime_context):
             subtask = subtask_index(runtime_context)
             self.parser = RowParser(parse, faults, job, subtask=subtask, **options)
-            runtime_context.get_metrics_group().gauge("deadLetters", lambda: self.parser.dead)
+            group = runtime_context.get_metrics_group()
+            self.dead_count = None
+            if is_thread_mode(runtime_context):  # no gauges there: flink_compat.is_thread_mode
+                self.dead_count = group.counter("deadLetters")
+            else:
+                group.gauge("deadLetters", lambda: self.parser.dead)
 
         def process_element(self, value, ctx):
             good: list[str] = []
@@ -386,6 +391,8 @@ def make_parse_function(
             for row in value if batched else (value,):
                 got = text(row)
                 if isinstance(got, str):
+                    if self.dead_count is not None:
+                        self.dead_count.inc()
                     yield tag, got
                 else:
                     good.append(got[0] + got[1])

@@ -295,7 +295,8 @@ def test_thread_mode_still_needs_the_subtask_and_row_workarounds(env):
                 self.own = str(runtime_context.get_index_of_this_subtask())
             except AttributeError as exc:
                 self.own = f"AttributeError: {exc}"
-            self.ours = flink_compat.subtask_index(runtime_context)
+            self.ours = f"{flink_compat.subtask_index(runtime_context)}"
+            self.ours += f" thread={flink_compat.is_thread_mode(runtime_context)}"
 
         def process_element(self, value, ctx):
             offsets = [flink_compat.row_fields(row)[2] for row in value]
@@ -307,7 +308,7 @@ def test_thread_mode_still_needs_the_subtask_and_row_workarounds(env):
     assert (
         own == "AttributeError: 'pemja.PyJObject' object has no attribute 'getIndexOfThisSubtask'"
     )
-    assert ours == "0"
+    assert ours == "0 thread=True"
     assert kind == "tuple"  # (row kind, fields), not a Row
     # a list of rows arrives as the last row three times (one reused array per row)
     assert offsets == "[10000000002, 10000000002, 10000000002]"

@@ -182,8 +182,9 @@ def test_thread_mode_parses_one_record_per_element_and_refuses_async_lookups(fli
     with pytest.raises(stages.ConfigError) as raised:
         stages.parse_and_enrich(stages.kafka_source(env, settings), settings, lookup_client)
     assert str(raised.value) == (
-        "python.execution_mode: thread cannot run enrichment.operator: batched (PyFlink runs "
-        "no AsyncFunction in thread mode); allowed with it: process"
+        "python.execution_mode: thread cannot run the enrichment stage (enrichment.operator: "
+        "batched; PyFlink runs no AsyncFunction in thread mode); allowed for a job with "
+        "enrichment: process"
     )
     env = create_environment(settings_for("passthrough"))  # the mode never carries over
     conf = env._j_stream_execution_environment.getConfiguration().toMap()
