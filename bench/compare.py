@@ -246,6 +246,11 @@ def use_tuning(items: list[str]) -> None:
 # says what exactly once costs here.
 AT_LEAST_ONCE_JOB = ["--set", "sink.delivery=at-least-once"]
 
+# The parse stage inside the JVM (python.execution_mode: thread) beside the worker process,
+# where a job can run that way: the cases without enrichment.
+THREAD_CASES = {"copy-json"}
+THREAD_MODE = ["--set", "python.execution_mode=thread"]
+
 # The Beam pipeline runs beside the PyFlink job where the issue asks for it: 50 ms lookups.
 BEAM_CASES = {"enrich-50ms"}
 # Where the second core goes: the job at parallelism 2 (project-p2) beside parallelism 1.
@@ -259,6 +264,8 @@ def systems_for(case: Case, tuned: bool) -> list[str]:
         names.append("project-alo")
     if tuned and TUNED[case.kind]:
         names.append("project-tuned")
+    if tuned and case.name in THREAD_CASES:
+        names.append("project-thread")
     if tuned and case.name in SCALING_CASES:
         names.append("project-p2")
     if case.name in BEAM_CASES:
@@ -295,6 +302,7 @@ def system_command(
         "project-tuned": TUNED[case.kind],
         "project-p2": SCALED,
         "project-alo": AT_LEAST_ONCE_JOB,
+        "project-thread": THREAD_MODE,
     }.get(system, [])
     return project_command(case, tag, source, bootstrap, service_url, extra, interval_s)
 
