@@ -46,7 +46,7 @@ PUBLIC = {
     "pipelines.settings": [
         "BeamRunner", "BeamSettings", "CheckpointMode", "CheckpointSettings", "ConfigError",
         "DURATION_FIELDS", "DeliveryGuarantee", "ENV_PREFIX", "EnrichmentOperator",
-        "EnrichmentSettings", "ErrorSettings", "FaultSettings", "FieldType", "IsolationLevel",
+        "EnrichmentSettings", "ErrorSettings", "ExecutionMode", "FaultSettings", "FieldType", "IsolationLevel",
         "JobSection", "JobSettings", "KafkaConnection", "KafkaSecurity", "Loaded", "MetricsSettings", "OffsetReset", "OnFailure",
         "ParseSettings", "PartitionOffset", "PythonSettings", "RestartSettings",
         "RestartStrategy", "Retention", "SaslMechanism", "SecretMask", "SecurityProtocol",
