@@ -17,8 +17,6 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 import yaml
 
 from pipelines.running.paths import PROJECT_ROOT, local_state
-from pipelines.shipping.jars import read_manifest, sha256_of
+from pipelines.shipping.jars import JarError, fetch_pinned, read_manifest, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -54,23 +52,10 @@ def fetch() -> list[Path]:
     paths = []
     for jar in read_manifest(MANIFEST):
         path = _jar_path(jar.coordinates)
-        if not (path.is_file() and sha256_of(path) == jar.sha256):
-            if shutil.which("mvn") is None:
-                raise SchemaError("mvn is not on PATH: install Maven and run `make schemas`")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run(
-                ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={jar.coordinates}",
-                 f"-DoutputDirectory={path.parent}", "-Dmdep.overWriteReleases=true"],
-                capture_output=True, text=True, timeout=600,
-            )  # fmt: skip
-            if done.returncode != 0:
-                tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-                raise SchemaError(f"mvn could not fetch {jar.coordinates}: {' | '.join(tail)}")
-            if sha256_of(path) != jar.sha256:
-                raise SchemaError(
-                    f"{path} does not match its pinned sha256 in {MANIFEST.name}: delete it "
-                    "and run `make schemas`"
-                )
+        try:
+            fetch_pinned(jar.coordinates, path, jar.sha256, "make schemas")
+        except JarError as exc:
+            raise SchemaError(str(exc)) from None
         log.info(f"ok       {jar.coordinates}")
         paths.append(path)
     return paths

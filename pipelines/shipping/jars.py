@@ -25,6 +25,7 @@ LIB_DIR = Path(os.environ.get("PIPELINES_JAR_LIB", JARS_DIR / "lib"))
 SRC_DIR = JARS_DIR / "src"
 BUILD_DIR = JARS_DIR / "build"
 PROJECT_JAR = LIB_DIR / "pipelines-flink.jar"
+MVN_TIMEOUT_S = 600.0  # one jar from Maven Central; a hung mvn is an error, not a hang
 
 
 def _shown(path: Path) -> str:
@@ -71,14 +72,18 @@ def sha256_of(path: Path) -> str:
 
 
 def _check(jar: PinnedJar) -> str | None:
-    rel = _shown(jar.path)
-    if not jar.path.is_file():
-        return f"missing jar {rel} ({jar.coordinates}): run `make jars`"
-    actual = sha256_of(jar.path)
-    if actual != jar.sha256:
+    return _pin_problem(jar.path, jar.coordinates, jar.sha256, "make jars")
+
+
+def _pin_problem(path: Path, coordinates: str, sha256: str, target: str) -> str | None:
+    rel = _shown(path)
+    if not path.is_file():
+        return f"missing jar {rel} ({coordinates}): run `{target}`"
+    actual = sha256_of(path)
+    if actual != sha256:
         return (
             f"jar {rel} does not match its pinned sha256 ({actual[:12]}... != "
-            f"{jar.sha256[:12]}...): delete it and run `make jars`"
+            f"{sha256[:12]}...): delete it and run `{target}`"
         )
     return None
 
@@ -121,37 +126,41 @@ def flink_dist_jar() -> Path:
     return found[0]
 
 
+def fetch_pinned(coordinates: str, path: Path, sha256: str, target: str) -> None:
+    """`coordinates` into `path` with mvn unless it is there with its pinned `sha256`, and
+    checked after. JarError says what went wrong; `target` is the make target to run again."""
+    if path.is_file() and sha256_of(path) == sha256:
+        return
+    if shutil.which("mvn") is None:
+        raise JarError(
+            f"mvn is not on PATH: install Maven (apt-get install maven) and run `{target}`"
+        )
+    log.info(f"fetching {coordinates}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result = subprocess.run(
+            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={coordinates}",
+             f"-DoutputDirectory={path.parent}", "-Dmdep.overWriteReleases=true"],
+            capture_output=True, text=True, timeout=MVN_TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise JarError(
+            f"mvn did not fetch {coordinates} within {MVN_TIMEOUT_S:.0f} s: is Maven Central "
+            f"reachable? then run `{target}`"
+        ) from None
+    if result.returncode != 0:
+        tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+        raise JarError(f"mvn could not fetch {coordinates}: {' | '.join(tail)}")
+    problem = _pin_problem(path, coordinates, sha256, target)
+    if problem:
+        raise JarError(problem)
+
+
 def fetch() -> list[Path]:
     """Fetch every pinned jar with mvn, verify it, and build the project's own jar."""
     LIB_DIR.mkdir(parents=True, exist_ok=True)
     for jar in read_manifest():
-        if jar.path.is_file() and sha256_of(jar.path) == jar.sha256:
-            log.info(f"ok       {jar.coordinates}")
-            continue
-        if shutil.which("mvn") is None:
-            raise JarError(
-                "mvn is not on PATH: install Maven (apt-get install maven) and run `make jars`"
-            )
-        log.info(f"fetching {jar.coordinates}")
-        result = subprocess.run(
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "dependency:copy",
-                f"-Dartifact={jar.coordinates}",
-                f"-DoutputDirectory={LIB_DIR}",
-                "-Dmdep.overWriteReleases=true",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-            raise JarError(f"mvn could not fetch {jar.coordinates}: {' | '.join(tail)}")
-        problem = _check(jar)
-        if problem:
-            raise JarError(problem)
+        fetch_pinned(jar.coordinates, jar.path, jar.sha256, "make jars")
         log.info(f"ok       {jar.coordinates}")
     build_project_jar()
     try:
