@@ -305,18 +305,24 @@ def late_record_sink(
 # ------------------------------------------------------------------ Python stages
 
 
-def batch_records(rows: Rows, size: int, delay_ms: int, *, name: str = "batch") -> Rows:
+def batch_records(
+    rows: Rows, size: int, delay_ms: int, *, name: str = "batch", columns: bool = False
+) -> Rows:
     """Insert the Java RecordBatcher (jars/src): rows -> lists of up to `size` rows, flushed
     after `delay_ms`, before every checkpoint barrier (so exactly-once is untouched) and
     before every watermark (so no record is made late by waiting in a batch). The result
-    feeds a batched Python stage only."""
+    feeds a batched Python stage only. With `columns` (thread mode) each batch is one row
+    of columns instead (Java ColumnBatcher; flink_compat.column_rows reads it)."""
     from pyflink.java_gateway import get_gateway
 
-    batcher = get_gateway().jvm.pipelines.flink.RecordBatcher
+    jvm = get_gateway().jvm.pipelines.flink
     j_stream = java_stream(rows.stream)
-    j_batched = j_stream.transform(
-        "batch", batcher.outputType(j_stream.getType()), batcher(size, delay_ms)
-    )
+    if columns:
+        batched_type, batcher = jvm.ColumnBatcher.outputType(), jvm.ColumnBatcher(size, delay_ms)
+    else:
+        batched_type = jvm.RecordBatcher.outputType(j_stream.getType())
+        batcher = jvm.RecordBatcher(size, delay_ms)
+    j_batched = j_stream.transform("batch", batched_type, batcher)
     return rows.derive(python_stream(j_batched).name(name).uid(rows.graph.claim(name)))
 
 
@@ -379,10 +385,10 @@ def parse(
 
     _expect(raw, Rows, "parse", _FIX_ROWS)
     graph = raw.graph
-    # Thread mode: no data plane to amortise, and PyFlink 2.2.1 hands a list of rows over
-    # as one reused row repeated (flink_compat.row_fields): one record per element, each
-    # its own batch of one line, so the stream keeps its shape.
-    batched = not per_record and settings.python.execution_mode is not ExecutionMode.THREAD
+    # Thread mode: PyFlink 2.2.1 hands a list of rows over as one reused row repeated
+    # (flink_compat.column_rows), so its batches are one row of columns.
+    batched = not per_record
+    columns = settings.python.execution_mode is ExecutionMode.THREAD
     parse_fn, dead_letters_tag = make_parse_function(
         settings.parse,
         settings.faults,
@@ -390,6 +396,7 @@ def parse(
         event_time_field=event_time_field,
         max_future_skew=settings.watermarks.max_future_skew if event_time_field else None,
         batched=batched,
+        columns=columns,
         trace_timing=trace_timing,
         errors=settings.errors,
         extra_required=extra_required,
@@ -404,6 +411,7 @@ def parse(
             batch_size or settings.python.batch_size,
             settings.python.batch_delay if batch_delay is None else batch_delay,
             name="batch" if name == "parse" else f"{name}-batch",
+            columns=columns,
         )
     parsed = rows.stream.process(parse_fn, output_type=Types.STRING())
     parsed = parsed.name(name).uid(graph.claim(name))

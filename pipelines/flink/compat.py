@@ -555,8 +555,17 @@ def row_fields(row):
 
     PyFlink 2.2.1's thread mode hands a Java Row to Python as a plain tuple, (its RowKind's
     ordinal, (the fields...)); process mode as a pyflink Row, which unpacks to its fields.
-    Beam's rows (NamedTuple subclasses) pass through as they are."""
-    return row[1] if type(row) is tuple else row
+    Beam's rows (NamedTuple subclasses) and column_rows' tuples pass through as they are."""
+    return row[1] if type(row) is tuple and len(row) == 2 else row
+
+
+def column_rows(batch):
+    """The source rows of a Java ColumnBatcher batch, each a plain tuple of its fields.
+
+    Thread mode's batches: PyFlink 2.2.1 converts a list of Rows for Python with one
+    reused array per row, so every element arrives as the last row; the ColumnBatcher
+    sends one row of arrays instead, which are converted element by element."""
+    return zip(*row_fields(batch))
 
 
 def embedded_python_path() -> str:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import cast
 
-from pipelines.flink.compat import is_thread_mode, row_fields, subtask_index
+from pipelines.flink.compat import column_rows, is_thread_mode, row_fields, subtask_index
 from pipelines.records import jsontext
 from pipelines.records.lines import join_lines, with_meta
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
@@ -357,7 +357,13 @@ class RowParser:
 
 
 def make_parse_function(
-    parse: ParseSettings, faults: FaultSettings, job: str, *, batched: bool = False, **options
+    parse: ParseSettings,
+    faults: FaultSettings,
+    job: str,
+    *,
+    batched: bool = False,
+    columns: bool = False,
+    **options,
 ):
     """A ProcessFunction over `RowParser`: valid records downstream as JSON text, bad ones
     to the side output; `options` are RowParser's (one is made here, so that a wrong one
@@ -365,7 +371,9 @@ def make_parse_function(
     text is prefixed with its Kafka key, headers and timestamp (pipelines.records.lines.with_meta).
 
     With `batched`, each input element is a list of rows and each output element is the
-    valid records among them, one JSON text per line (bad ones still go out one by one).
+    valid records among them, one JSON text per line (bad ones still go out one by one);
+    with `columns` too, each input element is a batch as one row of columns (thread mode:
+    flink_compat.column_rows).
     """
     from pyflink.common import Types
     from pyflink.datastream import OutputTag
@@ -388,7 +396,8 @@ def make_parse_function(
         def process_element(self, value, ctx):
             good: list[str] = []
             text = self.parser.text
-            for row in value if batched else (value,):
+            rows = (column_rows(value) if columns else value) if batched else (value,)
+            for row in rows:
                 got = text(row)
                 if isinstance(got, str):
                     if self.dead_count is not None:

@@ -249,8 +249,9 @@ def test_quiet_environment_logs_written_by_many_at_once_is_whole_and_quiet_once(
 
 
 def _thread_mode_job(env, function) -> list[str]:
-    """Java Rows (the Kafka source's shape) through the project's RecordBatcher and a
-    Python function run in thread mode; what the function saw, one line per element."""
+    """Java Rows (the Kafka source's shape) through each of the project's batchers
+    (RecordBatcher's lists, ColumnBatcher's columns) into a Python function run in thread
+    mode; what the function saw, one line per element."""
     from pyflink.common import Configuration, Types
     from pyflink.java_gateway import get_gateway
 
@@ -262,21 +263,24 @@ def _thread_mode_job(env, function) -> list[str]:
     from pipelines.kafka.connectors import origin_type_info
 
     j_type = origin_type_info().get_java_type_info()
-    j_env = env._j_stream_execution_environment
-    batched = flink_compat.python_stream(
-        j_env.fromData(rows, j_type).transform(
-            "batch",
-            gateway.jvm.pipelines.flink.RecordBatcher.outputType(j_type),
-            gateway.jvm.pipelines.flink.RecordBatcher(10, 1000),
-        )
+    source = env._j_stream_execution_environment.fromData(rows, j_type)
+    batchers = gateway.jvm.pipelines.flink
+    lists = source.transform(
+        "lists", batchers.RecordBatcher.outputType(j_type), batchers.RecordBatcher(10, 1000)
+    )
+    columns = source.transform(
+        "columns", batchers.ColumnBatcher.outputType(), batchers.ColumnBatcher(10, 1000)
     )
     thread = Configuration()
     thread.set_string("python.execution-mode", "thread")
     thread.set_string("python.pythonpath", flink_compat.embedded_python_path())
     env.configure(thread)
     try:
-        seen = batched.process(function, output_type=Types.STRING())
-        with seen.execute_and_collect() as results:
+        seen = [
+            flink_compat.python_stream(batched).process(function, output_type=Types.STRING())
+            for batched in (lists, columns)
+        ]
+        with seen[0].union(seen[1]).execute_and_collect() as results:
             return sorted(results)
     finally:
         process = Configuration()
@@ -286,7 +290,7 @@ def _thread_mode_job(env, function) -> list[str]:
 
 def test_thread_mode_still_needs_the_subtask_and_row_workarounds(env):
     """Fails when PyFlink mends them: then subtask_index and row_fields can go, and the
-    parse stage can batch in thread mode (pipelines.stages.parse)."""
+    parse stage can take RecordBatcher's lists in thread mode (pipelines.stages.parse)."""
     from pyflink.datastream.functions import ProcessFunction
 
     class Report(ProcessFunction):
@@ -299,11 +303,16 @@ def test_thread_mode_still_needs_the_subtask_and_row_workarounds(env):
             self.ours += f" thread={flink_compat.is_thread_mode(runtime_context)}"
 
         def process_element(self, value, ctx):
-            offsets = [flink_compat.row_fields(row)[2] for row in value]
-            yield f"{self.own} | {self.ours} | {type(value[0]).__name__} | {offsets}"
+            if isinstance(value, list):
+                kind, rows = type(value[0]).__name__, value
+                seen = [flink_compat.row_fields(row) for row in rows]
+            else:
+                kind, seen = "columns", list(flink_compat.column_rows(value))
+            fields = [(f[0], f[2], f[5]) for f in seen]
+            yield f"{self.own} | {self.ours} | {kind} | {fields}"
 
-    [line] = _thread_mode_job(env, Report())
-    own, ours, kind, offsets = line.split(" | ")
+    columns, lists = _thread_mode_job(env, Report())
+    own, ours, kind, fields = lists.split(" | ")
     # PyFlink's own call reaches a method Flink 2.0 removed
     assert (
         own == "AttributeError: 'pemja.PyJObject' object has no attribute 'getIndexOfThisSubtask'"
@@ -311,4 +320,10 @@ def test_thread_mode_still_needs_the_subtask_and_row_workarounds(env):
     assert ours == "0 thread=True"
     assert kind == "tuple"  # (row kind, fields), not a Row
     # a list of rows arrives as the last row three times (one reused array per row)
-    assert offsets == "[10000000002, 10000000002, 10000000002]"
+    last = "('in', 10000000002, b'{\"id\":2}')"
+    assert fields == f"[{last}, {last}, {last}]"
+    # the same rows as columns arrive whole
+    assert columns.split(" | ")[2:] == [
+        "columns",
+        str([("in", 10_000_000_000 + i, f'{{"id":{i}}}'.encode()) for i in range(3)]),
+    ]

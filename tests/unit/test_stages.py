@@ -176,7 +176,10 @@ def test_thread_mode_parses_one_record_per_element_and_refuses_async_lookups(fli
     assert conf.get("python.pythonpath")  # this venv's path, for the TaskManager's pemja
     parsed, _ = stages.parse(stages.kafka_source(env, settings), settings)
     assert isinstance(parsed, stages.Batches)  # same shape as in process mode: one line each
-    assert "batch" not in uids(env)  # no RecordBatcher: see flink_compat.row_fields
+    graph = env._generate_stream_graph(clear_transformations=False)
+    [batcher] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == "batch"]
+    operator = batcher.getOperatorFactory().getOperator().getClass().getSimpleName()
+    assert operator == "ColumnBatcher"  # lists of rows do not survive: flink_compat.column_rows
     settings = settings_for("enrich", "python.execution_mode=thread")
     env = create_environment(settings)
     with pytest.raises(stages.ConfigError) as raised:
