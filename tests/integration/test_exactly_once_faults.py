@@ -209,7 +209,7 @@ def test_thread_mode_parse_recovers_from_an_injected_failure_exactly_once(kafka,
         job += ["--set", setting]
     # Not whether the CLI printed the failure: a job this short can fail and finish between
     # two looks at its exception history, and the look after the end found the history of
-    # the finished job empty in 2 of 7 runs (an open finding, see docs/operations.md).
+    # the finished job empty in 3 of 9 runs (an open finding, see docs/operations.md).
     recovers_from_an_injected_failure(
         kafka, names, tmp_path, job, "thread-mode task failure", reported=False
     )
