@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pipelines.kafka.clients import quiet_logger
 from pipelines.running.paths import PROJECT_ROOT, local_state
-from pipelines.running.processes import PidFile, start_time
+from pipelines.running.processes import PidFile, start_identity
 from pipelines.shipping.maven import copy_dependencies, is_resolved
 from pipelines_dev.kafka_tls import TlsError, TlsFiles, ensure_tls, write_secret
 from pipelines_dev.ports import port_free
@@ -348,14 +348,14 @@ class Broker:
         if not pid:
             log.info("kafka    not running")
             return
-        started = start_time(pid)
+        started = start_identity(pid)
         os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and start_time(pid) == started:
+        while time.monotonic() < deadline and start_identity(pid) == started:
             time.sleep(0.2)
-        if start_time(pid) == started:
+        if start_identity(pid) == started:
             os.kill(pid, signal.SIGKILL)
-            while start_time(pid) == started:
+            while start_identity(pid) == started:
                 time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
         _wait_port_free(self.port, 10)

@@ -251,6 +251,25 @@ def start_time(pid: int) -> float | None:
     return found.started if found is not None and not found.zombie else None
 
 
+def start_identity(pid: int) -> float | None:
+    """A value that, with the pid, names one process over time; None when it is gone or a
+    zombie. On Linux its start in seconds since boot: psutil's start time adds the boot
+    time, which it reads again on every call and which moves when the clock is stepped, so
+    a pid file once named a live broker as another process and it was never stopped (two
+    brokers left running after a busy CI run). Elsewhere the start psutil reports."""
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        try:
+            backend = getattr(p, "_proc")  # psutil's Linux backend takes `monotonic`
+            return float(backend.create_time(monotonic=True))
+        except (AttributeError, TypeError):
+            return p.create_time()
+    except (psutil.Error, ValueError):
+        return None
+
+
 def _mentions(pid: int, marker: bytes, exec_wait_s: float = 0.0) -> bool:
     """Whether `marker` is in the process's command line or environment (a Flink daemon's
     FLINK_CONF_DIR, inherited by the Python workers it starts).
@@ -286,7 +305,7 @@ def wait_started(proc: subprocess.Popen, ready: Callable[[], bool], wait_s: floa
 
 
 class PidFile:
-    """A pid file that names one process: its pid, its start time and a marker of its
+    """A pid file that names one process: its pid, its start (start_identity) and a marker of its
     command line. `live()` answers only for that process; a file left by a process that
     is gone, or whose pid now belongs to another program, is removed with a line saying
     so, and nothing is signalled."""
@@ -296,7 +315,7 @@ class PidFile:
 
     def write(self, pid: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f"{pid} {_stamp(start_time(pid) or 0.0)}\n")
+        self.path.write_text(f"{pid} {_stamp(start_identity(pid) or 0.0)}\n")
 
     def live(self) -> int | None:
         try:
@@ -308,7 +327,7 @@ class PidFile:
         except (ValueError, IndexError):
             self._stale("it holds no pid")
             return None
-        now = start_time(pid)
+        now = start_identity(pid)
         if now is None:
             self._stale(f"pid {pid} is not running")
             return None

@@ -31,6 +31,7 @@ from pipelines.running.processes import (
     program_name,
     resident_bytes,
     snapshot,
+    start_identity,
     start_time,
     sweep_scratch,
 )
@@ -163,3 +164,24 @@ def test_scratch_of_a_gone_owner_is_swept_and_of_a_live_one_kept(tmp_path, monke
         os.utime(path, (time.time() - 120, time.time() - 120))
     sweep_scratch("probe-", min_age_s=60)
     assert not dead.exists() and alive.exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="psutil re-reads the boot time on Linux")
+def test_a_pid_file_still_names_its_process_after_the_clock_is_stepped(tmp_path, monkeypatch):
+    """psutil's start time is the boot time plus the start since boot, and it reads the
+    boot time again each call: a clock step moves it. The pid file's identity must not."""
+    import psutil._pslinux as backend
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pid_file = PidFile(tmp_path / "x.pid", "time.sleep", "x")
+        pid_file.write(proc.pid)
+        before, identity = start_time(proc.pid), start_identity(proc.pid)
+        stepped = backend.boot_time() + 3.0
+        monkeypatch.setattr(backend, "boot_time", lambda: stepped)
+        assert start_time(proc.pid) == pytest.approx(before + 3.0)  # what moved
+        assert start_identity(proc.pid) == identity
+        assert pid_file.live() == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()

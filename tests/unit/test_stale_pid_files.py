@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from pipelines.running.processes import PidFile, start_time, wait_started
+from pipelines.running.processes import PidFile, start_identity, wait_started
 from pipelines_dev.enrichment_service import Service
 from pipelines_dev.flink_cluster import Cluster
 from pipelines_dev.kafka_broker import Broker
@@ -36,7 +36,7 @@ def _dead_pid() -> int:
 
 def test_enrichment_down_leaves_a_process_that_took_the_recorded_pid(tmp_path, bystander, caplog):
     service = Service(port=1, state_dir=tmp_path)
-    service.pid_file.path.write_text(f"{bystander.pid} {start_time(bystander.pid)}\n")
+    service.pid_file.path.write_text(f"{bystander.pid} {start_identity(bystander.pid)}\n")
     with caplog.at_level(logging.INFO):
         service.down()
     assert bystander.poll() is None, "a process that is not the service was signalled"
@@ -62,7 +62,7 @@ def test_a_recorded_start_time_tells_a_reused_pid_from_the_process_that_wrote_it
         pid_file = PidFile(tmp_path / "x.pid", "sleep", "test")
         pid_file.write(proc.pid)
         assert pid_file.live() == proc.pid
-        pid_file.path.write_text(f"{proc.pid} {start_time(proc.pid) - 1}\n")
+        pid_file.path.write_text(f"{proc.pid} {start_identity(proc.pid) - 1}\n")
         with caplog.at_level(logging.INFO):
             assert pid_file.live() is None
         assert "is another process now" in caplog.text
