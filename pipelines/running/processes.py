@@ -315,7 +315,11 @@ class PidFile:
 
     def write(self, pid: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f"{pid} {_stamp(start_identity(pid) or 0.0)}\n")
+        started = start_identity(pid)
+        # Unreadable at this moment: the pid alone, and live() goes by the marker (a stamp
+        # of 0 would call the process stale later and leave it running).
+        stamp = f" {_stamp(started)}" if started is not None else ""
+        self.path.write_text(f"{pid}{stamp}\n")
 
     def live(self) -> int | None:
         try:
