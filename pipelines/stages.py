@@ -6,6 +6,9 @@
     stages.kafka_sink(enriched, settings)
     stages.dead_letter_sink(settings, bad, failed)
 
+(Composed like this with `enrichment.operator: batched`; the default flowing operator is
+one stage with its parse: `stages.parse_and_enrich(raw, settings, lookup_client)`.)
+
 Each builder names its operators and gives them stable uids (a savepoint maps state by
 uid, so renaming one is a breaking change for running jobs). Every builder takes a `name`:
 the defaults are the uids running jobs already have; a second use of a stage in one job
@@ -306,22 +309,31 @@ def late_record_sink(
 
 
 def batch_records(
-    rows: Rows, size: int, delay_ms: int, *, name: str = "batch", columns: bool = False
+    rows: Rows,
+    size: int,
+    delay_ms: int,
+    *,
+    name: str = "batch",
+    columns: bool = False,
+    drain_markers: bool = False,
 ) -> Rows:
     """Insert the Java RecordBatcher (jars/src): rows -> lists of up to `size` rows, flushed
     after `delay_ms`, before every checkpoint barrier (so exactly-once is untouched) and
     before every watermark (so no record is made late by waiting in a batch). The result
     feeds a batched Python stage only. With `columns` (thread mode) each batch is one row
-    of columns instead (Java ColumnBatcher; flink_compat.column_rows reads it)."""
+    of columns instead (Java ColumnBatcher; flink_compat.column_rows reads it). With
+    `drain_markers` an empty batch follows each of those flushes, and a quiet spell: the
+    signal for a stage that keeps work in flight to emit it all (the flowing enrichment)."""
     from pyflink.java_gateway import get_gateway
 
     jvm = get_gateway().jvm.pipelines.flink
     j_stream = java_stream(rows.stream)
     if columns:
-        batched_type, batcher = jvm.ColumnBatcher.outputType(), jvm.ColumnBatcher(size, delay_ms)
+        batched_type = jvm.ColumnBatcher.outputType()
+        batcher = jvm.ColumnBatcher(size, delay_ms, drain_markers)
     else:
         batched_type = jvm.RecordBatcher.outputType(j_stream.getType())
-        batcher = jvm.RecordBatcher(size, delay_ms)
+        batcher = jvm.RecordBatcher(size, delay_ms, drain_markers)
     j_batched = j_stream.transform("batch", batched_type, batcher)
     return rows.derive(python_stream(j_batched).name(name).uid(rows.graph.claim(name)))
 
@@ -429,7 +441,7 @@ def parse_for_enrichment(
     """`parse` shaped for the enrichment stage: batches of `enrichment.batch_size` for the
     batched operator, single records for the per-record comparison operators."""
     cfg = settings.enrichment
-    if cfg.operator is EnrichmentOperator.BATCHED:
+    if cfg.operator in _BATCHED_OPERATORS:
         return parse(
             raw,
             settings,
@@ -462,6 +474,13 @@ def enrich(
     records up with `client_factory(settings)` (pipelines.lookups). Returns (enriched
     records, dead letters); uids `enrich`, `enriched`, `enrich-dead-letters` by default,
     else `<name>`, `<name>-records`, `<name>-dead-letters`."""
+    if settings.enrichment.operator is EnrichmentOperator.FLOWING:
+        raise StageError(
+            "enrich: enrichment.operator: flowing runs as one stage with its parse (its "
+            "batcher tells it when to drain): use stages.parse_and_enrich(raw, settings, "
+            "lookup_client), or enrichment.operator: batched to compose parse_for_enrichment "
+            "and enrich"
+        )
     batched = settings.enrichment.operator is EnrichmentOperator.BATCHED
     wanted = Batches if batched else Records
     _expect(
@@ -497,7 +516,7 @@ def parse_and_enrich(
     `parse_for_enrichment`'s and `enrich`'s uids, else `<name>-parse` and `<name>`'s."""
     cfg = settings.enrichment
     default = name == "parse-enrich"
-    if cfg.operator is not EnrichmentOperator.BATCHED:
+    if cfg.operator not in _BATCHED_OPERATORS:
         parsed, bad = parse_for_enrichment(
             raw, settings, name="parse" if default else f"{name}-parse"
         )
@@ -507,11 +526,14 @@ def parse_and_enrich(
         return enriched, Records(bad.stream.union(failed.stream), raw.graph)
     _expect(raw, Rows, "parse_and_enrich", _FIX_ROWS)
     graph = raw.graph
+    flowing = cfg.operator is EnrichmentOperator.FLOWING
     batches = batch_records(
         raw,
         cfg.effective_batch_size(),
         cfg.batch_delay,
         name="batch" if default else f"{name}-batch",
+        columns=flowing and settings.python.execution_mode is ExecutionMode.THREAD,
+        drain_markers=flowing,
     )
     # Its own uid, not `enrich`'s: its state (the batches in flight) holds rows, not the
     # parsed text an `enrich` stage holds, so a savepoint of the two-stage graph must not
@@ -521,6 +543,10 @@ def parse_and_enrich(
         batches.stream, settings, graph.lookup_double or client_factory, uids=uids, parse_first=True
     )
     return Records(out, graph), Records(dead, graph)
+
+
+# The operators whose records cross into Python in batches (one stage with the parse).
+_BATCHED_OPERATORS = (EnrichmentOperator.BATCHED, EnrichmentOperator.FLOWING)
 
 
 def _enrichment_uids(graph: JobGraph, name: str, default: str) -> tuple[str, str, str]:

@@ -36,7 +36,8 @@ def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     )
     raw = stages.kafka_source(env, settings)
     # One Python stage parses and looks up each batch (stages.parse_and_enrich); a job that
-    # does more between the two composes stages.parse_for_enrichment and stages.enrich.
+    # does more between the two composes stages.parse_for_enrichment and stages.enrich
+    # (with enrichment.operator: batched: the flowing stage runs with its parse only).
     enriched, dead_letters = stages.parse_and_enrich(raw, settings, lookup_client)
     stages.kafka_sink(enriched, settings)
     stages.dead_letter_sink(settings, dead_letters)

@@ -28,7 +28,9 @@ service's request shape or a record's fields.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from typing import Any
 
 from pipelines.flink.compat import split_lines as split_in_jvm
 from pipelines.flink.compat import subtask_index
@@ -120,7 +122,9 @@ def stage_client(client, cfg: EnrichmentSettings):
 
 
 class EnrichStats:
-    """Per-subtask counts, exposed as gauges of the enrich operator."""
+    """Per-subtask counts, exposed as gauges of the enrich operator, or as counters where
+    gauges are unsafe (thread mode: flink_compat.is_thread_mode), brought up to date by
+    `sync` on the task thread. Counted from the event-loop thread and the task thread alike."""
 
     NAMES = (
         "lookups",
@@ -133,14 +137,29 @@ class EnrichStats:
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(self.NAMES, 0)
+        self._lock = threading.Lock()
+        self._counters: dict[str, Any] = {}
+        self._synced = dict.fromkeys(self.NAMES, 0)
 
     def add(self, name: str, n: int = 1) -> None:
-        self.counts[name] += n
+        with self._lock:
+            self.counts[name] += n
 
-    def register(self, runtime_context) -> None:
+    def register(self, runtime_context, counters: bool = False) -> None:
         group = runtime_context.get_metrics_group()
         for name in self.NAMES:
-            group.gauge(name, lambda name=name: self.counts[name])
+            if counters:
+                self._counters[name] = group.counter(name)
+            else:
+                group.gauge(name, lambda name=name: self.counts[name])
+
+    def sync(self) -> None:
+        """Counters take what was counted since the last sync (call on the task thread)."""
+        for name, counter in self._counters.items():
+            now = self.counts[name]
+            if now != self._synced[name]:
+                counter.inc(now - self._synced[name])
+                self._synced[name] = now
 
 
 def rewrap(meta: str, out: str) -> str:
@@ -361,6 +380,21 @@ def make_batch_async_function(settings: Settings, client_factory: ClientFactory)
     return EnrichBatch()
 
 
+def stage_parser(settings: Settings, runtime_context) -> RowParser:
+    """The parse inside an enrichment stage, for its subtask: as `pipelines.records.parse`
+    parses, each record keeping its Kafka metadata for the sink."""
+    return RowParser(
+        settings.parse,
+        settings.faults,
+        settings.job.name,
+        subtask=subtask_index(runtime_context),
+        trace_timing=settings.enrichment.trace_timing,
+        errors=settings.errors,
+        dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
+        carry_metadata=True,
+    )
+
+
 def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory):
     """The batched operator with the parse inside it: an AsyncFunction over batches of Kafka
     rows that parses each row as `pipelines.records.parse` does and looks the valid ones up, all in
@@ -372,16 +406,7 @@ def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory
 
     class ParseEnrichBatch(AsyncFunction):
         def open(self, runtime_context):
-            self.parser = RowParser(
-                settings.parse,
-                settings.faults,
-                settings.job.name,
-                subtask=subtask_index(runtime_context),
-                trace_timing=settings.enrichment.trace_timing,
-                errors=settings.errors,
-                dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
-                carry_metadata=True,
-            )
+            self.parser = stage_parser(settings, runtime_context)
             self.enricher = enricher_for(settings, client_factory)
             self.enricher.stats.register(runtime_context)
 
@@ -444,16 +469,25 @@ def apply_enrichment(
 
     settings = without_secrets(settings)  # what the pickled functions below carry
     cfg = settings.enrichment
-    if settings.python.execution_mode is ExecutionMode.THREAD:
+    thread_mode = settings.python.execution_mode is ExecutionMode.THREAD
+    if thread_mode and cfg.operator is not EnrichmentOperator.FLOWING:
         # The async operators: PyFlink runs no AsyncFunction in thread mode. All of them:
         # their counts are gauges (flink_compat.is_thread_mode).
         raise ConfigError(
-            f"python.execution_mode: thread cannot run the enrichment stage "
-            f"(enrichment.operator: {cfg.operator.value}; PyFlink runs no AsyncFunction in "
-            f"thread mode); allowed for a job with enrichment: process"
+            f"python.execution_mode: thread cannot run enrichment.operator: "
+            f"{cfg.operator.value} (PyFlink runs no AsyncFunction in thread mode); "
+            f"allowed in thread mode: flowing"
         )
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
-    if cfg.operator is EnrichmentOperator.SYNC:
+    if cfg.operator is EnrichmentOperator.FLOWING:
+        # Its own event loop, drained at the batcher's markers (pipelines.lookups.flowing).
+        from pipelines.lookups.flowing import make_flowing_function
+
+        out = stream.process(
+            make_flowing_function(settings, client_factory, columns=thread_mode),
+            output_type=Types.STRING(),
+        )
+    elif cfg.operator is EnrichmentOperator.SYNC:
         out = stream.map(make_sync_function(settings, client_factory), output_type=Types.STRING())
     elif cfg.operator is EnrichmentOperator.ASYNC:
         # As PyFlink documents it: one element per record, Flink's own timeout per record

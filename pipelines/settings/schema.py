@@ -361,11 +361,14 @@ class EnrichmentOperator(str, Enum):
     BATCHED = "batched"  # the project's operator: records cross into Python in batches
     ASYNC = "async"  # PyFlink's AsyncDataStream per record, as documented (a timeout per record)
     SYNC = "sync"  # a blocking lookup per record: the reports' way, for comparison only
+    # batches as `batched`, lookups on the stage's own event loop, in flight across batches:
+    # no AsyncFunction, so thread mode runs it too (pipelines.lookups.flowing)
+    FLOWING = "flowing"
 
 
 class EnrichmentSettings(Model):
     url: str = "http://127.0.0.1:8765"
-    operator: EnrichmentOperator = EnrichmentOperator.BATCHED
+    operator: EnrichmentOperator = EnrichmentOperator.FLOWING
     batch_size: int = Field(default=100, ge=1)
     batch_delay: int = 20  # longest a partial batch waits before it is sent on
     trace_timing: bool = False  # add _timing {in, out} (epoch ms) to each output record
@@ -391,7 +394,7 @@ class EnrichmentSettings(Model):
     def elements_in_flight(self) -> int:
         """Stream elements the async stage holds (records, or batches of them): a checkpoint
         waits for these. Batches x batch size never exceeds `capacity`."""
-        if self.operator is EnrichmentOperator.BATCHED:
+        if self.operator in (EnrichmentOperator.BATCHED, EnrichmentOperator.FLOWING):
             return max(1, self.capacity // self.effective_batch_size())
         return self.capacity
 

@@ -17,7 +17,13 @@ from pipelines_dev.topics import (
     read_all,
 )
 from tests.integration.helpers import RunningJob
-from tests.support import every_partition_committed, restored_state_only, run_cli, topic_args
+from tests.support import (
+    every_partition_committed,
+    restored_state_only,
+    run_cli,
+    topic_args,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -196,6 +202,47 @@ def test_savepoint_resume_at_another_parallelism_is_exactly_once_with_bad_record
         "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2",
         "missing required field(s): id",
     }
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_flowing_enrichment_emits_its_answers_when_the_input_goes_quiet(
+    kafka, names, enrichment_service, mode
+):
+    """Answers the flowing stage holds go out without a checkpoint or more input: the
+    batcher's drain marker after a quiet spell. At least once (no transactions), and the
+    records produced only after the run's first checkpoint (triggered as soon as its tasks
+    run), with the next one 10 minutes away: only that marker can bring out the last
+    batches. (Without it this test failed: measured by taking the marker out.)"""
+    total = 90
+    create_topics(kafka, {names("in"): 1, names("out"): 1, names("dlq"): 1})
+    sets = ["enrichment.operator=flowing", f"python.execution_mode={mode}",
+            "sink.delivery=at-least-once", "checkpoint.interval=10min",
+            "enrichment.batch_size=20", "enrichment.capacity=200"]  # fmt: skip
+    enrichment_service.configure(latency_ms=200)
+    job = RunningJob(*enrich_args(kafka, names, enrichment_service,
+                                  *(a for item in sets for a in ("--set", item))))  # fmt: skip
+    try:
+        wait_until(
+            lambda: (
+                job.proc.poll() is not None or job.checkpoint_stats()["counts"]["completed"] >= 1
+            ),
+            180,
+            "the first checkpoint",
+            every=1,
+        )
+        produce(kafka, names("in"), demo_values(total))
+        wait_until(
+            lambda: len(read_all(kafka, names("out"))) >= total or job.proc.poll() is not None,
+            180,
+            "every answer out",
+            every=1,
+        )
+        assert job.proc.poll() is None, job.output[-3000:]
+        out = _decoded(kafka, names("out"))
+    finally:
+        assert job.interrupt() == 0, job.output
+    assert sorted(r["id"] for r in out) == list(range(total))
+    assert all(r["enrichment"] for r in out)
 
 
 @pytest.mark.cluster

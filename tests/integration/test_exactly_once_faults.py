@@ -215,6 +215,22 @@ def test_thread_mode_parse_recovers_from_an_injected_failure_exactly_once(kafka,
     )
 
 
+def test_thread_mode_enrichment_recovers_from_an_injected_failure_exactly_once(
+    kafka, names, job, tmp_path
+):
+    """The enrich job with its Python stage inside the TaskManager's JVM (python.execution_mode:
+    thread, the flowing operator): batches of 20 with up to 10 in flight across batches,
+    drained before every 1 s checkpoint's barrier; a task failure mid-stream, a restart,
+    nothing lost or written twice."""
+    thread = ["python.execution_mode=thread", "enrichment.operator=flowing",
+              "enrichment.batch_size=20", "enrichment.capacity=200"]  # fmt: skip
+    args = [*job, *(a for item in thread for a in ("--set", item))]
+    # The failure line is not asked for, as in the parse's thread-mode test just above.
+    recovers_from_an_injected_failure(
+        kafka, names, tmp_path, args, "thread-mode enrichment task failure", reported=False
+    )
+
+
 def test_killed_minicluster_process_resumes_from_latest_checkpoint(
     kafka, names, job, enrichment_service
 ):

@@ -82,3 +82,33 @@ def test_enrich_adds_the_services_answer_and_dead_letters_what_it_cannot(
         ("enrich", 1),
         ("parse", 2),
     ]
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_enrich_flowing_emits_every_record_once_in_either_mode(flink_env, enrichment_service, mode):
+    """The flowing stage (its own event loop, lookups in flight across batches of 7, drained
+    at the end of input): every valid record out once, enriched, the bad ones dead-lettered
+    by their step, in process and in thread mode."""
+    enrichment_service.configure(latency_ms=20, unknown=["Nowhere Ltd"])
+    companies = ["Acme", "Globex", "Nowhere Ltd", "Initech"]
+    inputs: list = [{"id": i, "company": companies[i % 4]} for i in range(60)]
+    inputs[10] = b"{not json"
+    out = testing.run(
+        "enrich",
+        inputs,
+        overrides=[
+            f"enrichment.url={enrichment_service.url}",
+            "sink.dead_letter_topic=dlq",
+            "enrichment.operator=flowing",
+            "enrichment.batch_size=7",
+            "enrichment.capacity=21",
+            f"python.execution_mode={mode}",
+        ],
+    )
+    enriched = sorted((r["id"], r["enrichment"]) for r in out.records)
+    assert enriched == [
+        (i, company_profile(companies[i % 4])) for i in range(60) if i != 10 and i % 4 != 2
+    ]
+    assert sorted((d["stage"], d["origin"]["offset"]) for d in out.dead_letters) == sorted(
+        [("parse", 10), *(("enrich", i) for i in range(60) if i % 4 == 2 and i != 10)]
+    )

@@ -27,7 +27,7 @@ def uids(env) -> list[str]:
 
 
 def test_the_module_docstring_example_builds_the_enrich_job(flink_env):
-    settings = settings_for("enrich")
+    settings = settings_for("enrich", "enrichment.operator=batched")  # as the docstring says
     env = create_environment(settings)
     example = textwrap.dedent(stages.__doc__.split("\n\n")[1])
     exec(
@@ -87,7 +87,7 @@ def test_records_of_records_and_rows_to_a_sink_are_refused(flink_env):
 
 
 def test_enrich_is_handed_the_shape_its_operator_needs(flink_env):
-    settings = settings_for("enrich")  # the batched operator
+    settings = settings_for("enrich", "enrichment.operator=batched")
     env = create_environment(settings)
     per_record, _ = stages.parse(stages.kafka_source(env, settings), settings, per_record=True)
     with pytest.raises(stages.StageError) as raised:
@@ -97,6 +97,16 @@ def test_enrich_is_handed_the_shape_its_operator_needs(flink_env):
         "lines), got Records"
     )
     assert str(raised.value).endswith("stages.parse_for_enrichment(raw, settings)")
+    settings = settings_for("enrich")  # the flowing operator: one stage with its parse
+    env = create_environment(settings)
+    parsed, _ = stages.parse_for_enrichment(stages.kafka_source(env, settings), settings)
+    with pytest.raises(stages.StageError) as raised:
+        stages.enrich(parsed, settings, lookup_client)
+    assert str(raised.value) == (
+        "enrich: enrichment.operator: flowing runs as one stage with its parse (its batcher "
+        "tells it when to drain): use stages.parse_and_enrich(raw, settings, lookup_client), "
+        "or enrichment.operator: batched to compose parse_for_enrichment and enrich"
+    )
 
 
 @pytest.mark.parametrize("operator", ["batched", "async"])
@@ -168,7 +178,7 @@ def test_the_source_is_sized_by_the_uses_the_environment_declared(flink_env, mon
     assert source_properties(settings, seen[0])["max.poll.records"] != "37"
 
 
-def test_thread_mode_parses_one_record_per_element_and_refuses_async_lookups(flink_env):
+def test_thread_mode_parses_in_column_batches_and_enriches_only_with_the_flowing_stage(flink_env):
     settings = settings_for("passthrough", "python.execution_mode=thread")
     env = create_environment(settings)
     conf = env._j_stream_execution_environment.getConfiguration().toMap()
@@ -180,15 +190,25 @@ def test_thread_mode_parses_one_record_per_element_and_refuses_async_lookups(fli
     [batcher] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == "batch"]
     operator = batcher.getOperatorFactory().getOperator().getClass().getSimpleName()
     assert operator == "ColumnBatcher"  # lists of rows do not survive: flink_compat.column_rows
+    for operator in ("batched", "async", "sync"):
+        settings = settings_for(
+            "enrich", "python.execution_mode=thread", f"enrichment.operator={operator}"
+        )
+        env = create_environment(settings)
+        with pytest.raises(stages.ConfigError) as raised:
+            stages.parse_and_enrich(stages.kafka_source(env, settings), settings, lookup_client)
+        assert str(raised.value) == (
+            f"python.execution_mode: thread cannot run enrichment.operator: {operator} "
+            f"(PyFlink runs no AsyncFunction in thread mode); allowed in thread mode: flowing"
+        )
+    # The flowing stage runs there, over column batches with drain markers.
     settings = settings_for("enrich", "python.execution_mode=thread")
     env = create_environment(settings)
-    with pytest.raises(stages.ConfigError) as raised:
-        stages.parse_and_enrich(stages.kafka_source(env, settings), settings, lookup_client)
-    assert str(raised.value) == (
-        "python.execution_mode: thread cannot run the enrichment stage (enrichment.operator: "
-        "batched; PyFlink runs no AsyncFunction in thread mode); allowed for a job with "
-        "enrichment: process"
-    )
+    stages.parse_and_enrich(stages.kafka_source(env, settings), settings, lookup_client)
+    graph = env._generate_stream_graph(clear_transformations=False)
+    [batcher] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == "batch"]
+    operator = batcher.getOperatorFactory().getOperator()
+    assert operator.getClass().getSimpleName() == "ColumnBatcher"
     env = create_environment(settings_for("passthrough"))  # the mode never carries over
     conf = env._j_stream_execution_environment.getConfiguration().toMap()
     assert conf.get("python.execution-mode") == "process"

@@ -17,7 +17,12 @@ public final class ColumnBatcher extends RowBatching<Row> {
     private static final long serialVersionUID = 1L;
 
     public ColumnBatcher(int maxSize, long maxDelayMs) {
-        super(maxSize, maxDelayMs);
+        this(maxSize, maxDelayMs, false);
+    }
+
+    /** With {@code drainMarkers}: an empty batch after each flush at a barrier (RowBatching). */
+    public ColumnBatcher(int maxSize, long maxDelayMs, boolean drainMarkers) {
+        super(maxSize, maxDelayMs, drainMarkers);
     }
 
     public static TypeInformation<Row> outputType() {

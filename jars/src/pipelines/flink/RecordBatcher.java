@@ -10,7 +10,12 @@ public final class RecordBatcher extends RowBatching<List<Row>> {
     private static final long serialVersionUID = 1L;
 
     public RecordBatcher(int maxSize, long maxDelayMs) {
-        super(maxSize, maxDelayMs);
+        this(maxSize, maxDelayMs, false);
+    }
+
+    /** With {@code drainMarkers}: an empty batch after each flush at a barrier (RowBatching). */
+    public RecordBatcher(int maxSize, long maxDelayMs, boolean drainMarkers) {
+        super(maxSize, maxDelayMs, drainMarkers);
     }
 
     /** The output type for a batch of rows of {@code rowType}. */

@@ -19,6 +19,14 @@ import org.apache.flink.types.Row;
  * {@code maxDelayMs} by a processing-time timer, so exactly-once is untouched and a quiet
  * stream adds at most {@code maxDelayMs} of latency. It is also emitted before every
  * watermark, so no record falls behind a watermark it came before.
+ *
+ * <p>With {@code drainMarkers} (for a Python stage that keeps work in flight across
+ * batches, the flowing enrichment) an EMPTY batch follows every flush before a checkpoint
+ * barrier, a watermark and the end of input, and is sent once the input has been quiet for
+ * {@code maxDelayMs} after a batch: the stage answers it by emitting everything it holds.
+ * A chain prepares its snapshot from its head forward, so the marker reaches the stage,
+ * and is answered, before the stage's own barrier work (thread mode: synchronously;
+ * process mode: the Python operator finishes its bundle, marker included).
  */
 public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
         implements OneInputStreamOperator<Row, OUT>, ProcessingTimeCallback {
@@ -27,11 +35,14 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
     private final int maxSize;
     private final long maxDelayMs;
     private transient List<Row> batch;
+    private final boolean drainMarkers;
     private transient boolean timerPending;
+    private transient boolean sentSinceMarker;
 
-    protected RowBatching(int maxSize, long maxDelayMs) {
+    protected RowBatching(int maxSize, long maxDelayMs, boolean drainMarkers) {
         this.maxSize = maxSize;
         this.maxDelayMs = maxDelayMs;
+        this.drainMarkers = drainMarkers;
     }
 
     @Override
@@ -45,7 +56,13 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
         batch.add(element.getValue());
         if (batch.size() >= maxSize) {
             flush();
-        } else if (!timerPending) {
+        } else {
+            armTimer();
+        }
+    }
+
+    private void armTimer() {
+        if (!timerPending) {
             timerPending = true;
             long now = getProcessingTimeService().getCurrentProcessingTime();
             getProcessingTimeService().registerTimer(now + maxDelayMs, this);
@@ -55,24 +72,31 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
     @Override
     public void onProcessingTime(long timestamp) throws Exception {
         timerPending = false;
-        flush();
+        if (!batch.isEmpty()) {
+            flush();
+        } else if (sentSinceMarker) {
+            drain(); // quiet since the last batch: let the stage emit what it holds
+        }
     }
 
     /** Records before a watermark stay before it: a batch held past one would be late. */
     @Override
     public void processWatermark(Watermark mark) throws Exception {
         flush();
+        drain();
         super.processWatermark(mark);
     }
 
     @Override
     public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
         flush();
+        drain();
     }
 
     @Override
     public void finish() throws Exception {
         flush();
+        drain();
         super.finish();
     }
 
@@ -83,6 +107,18 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
         if (!batch.isEmpty()) {
             output.collect(new StreamRecord<>(toOutput(batch)));
             batch = new ArrayList<>(maxSize);
+            if (drainMarkers) {
+                sentSinceMarker = true;
+                armTimer();
+            }
+        }
+    }
+
+    /** The drain marker (an empty batch), when batches went out since the last one. */
+    private void drain() {
+        if (drainMarkers && sentSinceMarker) {
+            sentSinceMarker = false;
+            output.collect(new StreamRecord<>(toOutput(new ArrayList<>(0))));
         }
     }
 }
