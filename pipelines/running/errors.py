@@ -57,7 +57,9 @@ def explain_python_error(text: str) -> str | None:
     for line in reversed(lines):
         match = _PYTHON_ERROR_LINE.match(line)
         if match and not line.startswith("Exception: ('Error happens inside"):
-            return line
+            # The class's own name, as the wrapped form gives it (a traceback qualifies it
+            # with its module: pipelines.lookups.EnrichmentFailed).
+            return f"{match.group('type').rsplit('.', 1)[-1]}: {match.group('msg')}"
     return None
 
 

@@ -84,6 +84,9 @@ def test_a_plain_python_traceback_gives_its_last_exception_line():
 
     text = 'Traceback (most recent call last):\n  File "x", line 1\nValueError: bad thing\n'
     assert explain_python_error(text) == "ValueError: bad thing"
+    # A class of a module reads as the wrapped form gives it: its own name.
+    qualified = text.replace("ValueError", "pipelines.lookups.EnrichmentFailed")
+    assert explain_python_error(qualified) == "EnrichmentFailed: bad thing"
 
 
 def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off():
