@@ -38,6 +38,7 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
     private final boolean drainMarkers;
     private transient boolean timerPending;
     private transient boolean sentSinceMarker;
+    private transient long lastFlushMs;
 
     protected RowBatching(int maxSize, long maxDelayMs, boolean drainMarkers) {
         this.maxSize = maxSize;
@@ -62,10 +63,13 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
     }
 
     private void armTimer() {
+        armTimer(getProcessingTimeService().getCurrentProcessingTime() + maxDelayMs);
+    }
+
+    private void armTimer(long at) {
         if (!timerPending) {
             timerPending = true;
-            long now = getProcessingTimeService().getCurrentProcessingTime();
-            getProcessingTimeService().registerTimer(now + maxDelayMs, this);
+            getProcessingTimeService().registerTimer(at, this);
         }
     }
 
@@ -75,7 +79,15 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
         if (!batch.isEmpty()) {
             flush();
         } else if (sentSinceMarker) {
-            drain(); // quiet since the last batch: let the stage emit what it holds
+            long quiet = lastFlushMs + maxDelayMs;
+            if (timestamp >= quiet) {
+                drain(); // quiet since the last batch: let the stage emit what it holds
+            } else {
+                // A batch went out since this timer was set: the input is not quiet. (A
+                // drain here, between two full batches, made the stage wait for every
+                // lookup in flight many times a second.)
+                armTimer(quiet);
+            }
         }
     }
 
@@ -109,6 +121,7 @@ public abstract class RowBatching<OUT> extends AbstractStreamOperator<OUT>
             batch = new ArrayList<>(maxSize);
             if (drainMarkers) {
                 sentSinceMarker = true;
+                lastFlushMs = getProcessingTimeService().getCurrentProcessingTime();
                 armTimer();
             }
         }
