@@ -355,6 +355,19 @@ def test_exactly_once_through_each_fault(ready_topology, fault, tmp_path_factory
     the fault injected once a checkpoint completed and a fifth of the output is there;
     then every id once, per-key order kept, no aborted record ever read, no transaction
     left open (pipelines_dev.faults)."""
+    exactly_once_through(ready_topology, "passthrough", fault, tmp_path_factory)
+
+
+def test_the_flowing_enrichment_is_exactly_once_through_a_taskmanager_kill(
+    ready_topology, tmp_path_factory
+):
+    """The enrich job's flowing stage (lookups in flight across batches, drained before
+    each barrier, no state) in the smoke: a TaskManager killed while lookups are in flight,
+    the job restored from its checkpoint in the store, every id once."""
+    exactly_once_through(ready_topology, "enrich", "taskmanager-kill", tmp_path_factory)
+
+
+def exactly_once_through(ready_topology, job: str, fault: str, tmp_path_factory) -> None:
     seed = random.randrange(1 << 31)
     # The combination's three faults take a minute or more: its input lasts that long, so
     # that its later faults too land while records are in flight (its notes show the output
@@ -363,11 +376,11 @@ def test_exactly_once_through_each_fault(ready_topology, fault, tmp_path_factory
     # it found none open (CI: "no open transaction of the sink found within 60 s").
     slow = {"combination", "coordinator-kill"}
     rate = 30.0 if fault in slow else 150.0
-    kept = tmp_path_factory.mktemp(f"trial-{fault}")  # the logs of a trial that fails
-    result = run_trial(ready_topology, "passthrough", fault, 3000, seed, rate=rate,
+    kept = tmp_path_factory.mktemp(f"trial-{job}-{fault}")  # the logs of a trial that fails
+    result = run_trial(ready_topology, job, fault, 3000, seed, rate=rate,
                        deadline_s=420, keep_dir=kept)  # fmt: skip
     print(
-        f"[{fault}] seed {seed}: output {result.output}, lost {result.lost}, duplicated "
+        f"[{job} {fault}] seed {seed}: output {result.output}, lost {result.lost}, duplicated "
         f"{result.duplicated}, order violations {result.order_violations}, aborted reads "
         f"{result.aborted_reads}, recovery {result.recovery_s} s, restarts {result.restarts}, "
         f"exited by themselves {result.exited or 'none'}"
