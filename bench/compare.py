@@ -246,10 +246,13 @@ def use_tuning(items: list[str]) -> None:
 # says what exactly once costs here.
 AT_LEAST_ONCE_JOB = ["--set", "sink.delivery=at-least-once"]
 
-# The parse stage inside the JVM (python.execution_mode: thread) beside the worker process,
-# where a job can run that way: the cases without enrichment.
-THREAD_CASES = {"copy-json"}
+# The Python stage inside the JVM (python.execution_mode: thread) beside the worker process:
+# the parse, and the enrichment (its default operator, flowing, runs in either mode).
+THREAD_CASES = {"copy-json", "enrich-5ms", "enrich-50ms"}
 THREAD_MODE = ["--set", "python.execution_mode=thread"]
+# The enrichment through PyFlink's AsyncFunction (the operator before flowing), beside it.
+BATCHED = ["--set", "enrichment.operator=batched"]
+BATCHED_CASES = {"enrich-5ms", "enrich-50ms"}
 
 # The Beam pipeline runs beside the PyFlink job where the issue asks for it: 50 ms lookups.
 BEAM_CASES = {"enrich-50ms"}
@@ -266,6 +269,8 @@ def systems_for(case: Case, tuned: bool) -> list[str]:
         names.append("project-tuned")
     if tuned and case.name in THREAD_CASES:
         names.append("project-thread")
+    if tuned and case.name in BATCHED_CASES:
+        names.append("project-batched")
     if tuned and case.name in SCALING_CASES:
         names.append("project-p2")
     if case.name in BEAM_CASES:
@@ -303,6 +308,7 @@ def system_command(
         "project-p2": SCALED,
         "project-alo": AT_LEAST_ONCE_JOB,
         "project-thread": THREAD_MODE,
+        "project-batched": BATCHED,
     }.get(system, [])
     return project_command(case, tag, source, bootstrap, service_url, extra, interval_s)
 

@@ -102,6 +102,10 @@ def test_the_full_run_has_the_at_least_once_row_in_every_case():
         names = systems_for(Case(case, case, 1000), tuned=True)
         assert {"project", "project-alo", "quix", "bytewax"} <= set(names)
     assert "project-alo" not in systems_for(Case("copy-json", "copy-json", 1000), tuned=False)
-    # both execution modes where the job can run in either
-    assert "project-thread" in systems_for(Case("copy-json", "copy-json", 1000), tuned=True)
-    assert "project-thread" not in systems_for(Case("enrich-5ms", "enrich", 1000, 5), tuned=True)
+    # both execution modes in every case with a Python stage; the enrichment's operator
+    # before flowing beside it
+    for case, kind in (("copy-json", "copy-json"), ("enrich-5ms", "enrich")):
+        assert "project-thread" in systems_for(Case(case, kind, 1000, 5), tuned=True)
+    assert "project-thread" not in systems_for(Case("copy-bytes", "copy-bytes", 1000), tuned=True)
+    assert "project-batched" in systems_for(Case("enrich-50ms", "enrich", 1000, 50), tuned=True)
+    assert "project-batched" not in systems_for(Case("copy-json", "copy-json", 1000), tuned=True)
