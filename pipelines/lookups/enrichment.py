@@ -511,7 +511,11 @@ def apply_enrichment(
             Types.STRING(),
         )
     stage, enriched, dead_letters = uids
-    out = out.name(stage).uid(stage)
+    # The flowing stage keeps the name (its metrics read the same) but not the uid: a
+    # savepoint of an AsyncFunction stage holds its batches in flight, which the flowing
+    # stage would not read, so restoring one into it must fail, not drop them.
+    flowing = cfg.operator is EnrichmentOperator.FLOWING
+    out = out.name(stage).uid(f"{stage}-flowing" if flowing else stage)
     records = split_in_jvm(out, keep_marked=False).name(enriched).uid(enriched)
     dead = split_in_jvm(out, keep_marked=True).name(dead_letters).uid(dead_letters)
     return records, dead

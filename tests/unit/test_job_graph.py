@@ -29,9 +29,24 @@ CASES = {
         ["parse.validate_records=true", "sink.dead_letter_topic=dlq"],
         [*PARSE, "records", *SINK, *DEAD],
     ),
-    "enrich batched": (
+    "enrich": (
         "enrich",
         ["sink.dead_letter_topic=dlq"],
+        # The flowing stage (the default): named parse-enrich, its uid its own, so that a
+        # savepoint of the batched stage (batches in flight) is never restored into it.
+        [
+            "kafka-source",
+            "batch",
+            "parse-enrich-flowing",
+            "enriched",
+            "enrich-dead-letters",
+            *SINK,
+            *DEAD,
+        ],  # fmt: skip
+    ),
+    "enrich batched": (
+        "enrich",
+        ["sink.dead_letter_topic=dlq", "enrichment.operator=batched"],
         # One Python stage parses and looks up (stages.parse_and_enrich): its own uid.
         ["kafka-source", "batch", "parse-enrich", "enriched", "enrich-dead-letters", *SINK, *DEAD],
     ),
