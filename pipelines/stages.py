@@ -44,6 +44,7 @@ from pipelines.flink.watermarks import watermark_strategy
 from pipelines.kafka.connectors import build_raw_sink, build_sink, build_source, origin_type_info
 from pipelines.lookups import ClientFactory
 from pipelines.lookups.enrichment import apply_enrichment
+from pipelines.lookups.flowing import make_flowing_function
 from pipelines.records.parse import make_parse_function
 from pipelines.settings import (
     ConfigError,
@@ -540,7 +541,12 @@ def parse_and_enrich(
     # be restored into it as if it were the same operator.
     uids = _enrichment_uids(graph, name, "parse-enrich")
     out, dead = apply_enrichment(
-        batches.stream, settings, graph.lookup_double or client_factory, uids=uids, parse_first=True
+        batches.stream,
+        settings,
+        graph.lookup_double or client_factory,
+        uids=uids,
+        parse_first=True,
+        make_flowing=make_flowing_function,
     )
     return Records(out, graph), Records(dead, graph)
 

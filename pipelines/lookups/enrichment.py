@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pipelines.flink.compat import split_lines as split_in_jvm
@@ -456,6 +457,7 @@ def apply_enrichment(
     client_factory: ClientFactory,
     uids: tuple[str, str, str] = ("enrich", "enriched", "enrich-dead-letters"),
     parse_first: bool = False,
+    make_flowing: Callable[..., Any] | None = None,
 ):
     """Wire the enrichment stage into the stream the parse step produced, looking records
     up with the clients `client_factory(settings)` makes (one per worker), from settings
@@ -480,11 +482,12 @@ def apply_enrichment(
         )
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
     if cfg.operator is EnrichmentOperator.FLOWING:
-        # Its own event loop, drained at the batcher's markers (pipelines.lookups.flowing).
-        from pipelines.lookups.flowing import make_flowing_function
-
+        # Its own event loop, drained at the batcher's markers (pipelines.lookups.flowing,
+        # handed in by the caller: that module builds on this one).
+        if make_flowing is None:
+            raise ValueError("enrichment.operator: flowing needs make_flowing")
         out = stream.process(
-            make_flowing_function(settings, client_factory, columns=thread_mode),
+            make_flowing(settings, client_factory, columns=thread_mode),
             output_type=Types.STRING(),
         )
     elif cfg.operator is EnrichmentOperator.SYNC:
