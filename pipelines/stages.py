@@ -442,7 +442,7 @@ def parse_for_enrichment(
     """`parse` shaped for the enrichment stage: batches of `enrichment.batch_size` for the
     batched operator, single records for the per-record comparison operators."""
     cfg = settings.enrichment
-    if cfg.operator in _BATCHED_OPERATORS:
+    if cfg.operator.batched:
         return parse(
             raw,
             settings,
@@ -517,7 +517,7 @@ def parse_and_enrich(
     `parse_for_enrichment`'s and `enrich`'s uids, else `<name>-parse` and `<name>`'s."""
     cfg = settings.enrichment
     default = name == "parse-enrich"
-    if cfg.operator not in _BATCHED_OPERATORS:
+    if not cfg.operator.batched:
         parsed, bad = parse_for_enrichment(
             raw, settings, name="parse" if default else f"{name}-parse"
         )
@@ -549,10 +549,6 @@ def parse_and_enrich(
         make_flowing=make_flowing_function,
     )
     return Records(out, graph), Records(dead, graph)
-
-
-# The operators whose records cross into Python in batches (one stage with the parse).
-_BATCHED_OPERATORS = (EnrichmentOperator.BATCHED, EnrichmentOperator.FLOWING)
 
 
 def _enrichment_uids(graph: JobGraph, name: str, default: str) -> tuple[str, str, str]:

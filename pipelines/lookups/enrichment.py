@@ -472,7 +472,8 @@ def apply_enrichment(
     settings = without_secrets(settings)  # what the pickled functions below carry
     cfg = settings.enrichment
     thread_mode = settings.python.execution_mode is ExecutionMode.THREAD
-    if thread_mode and cfg.operator is not EnrichmentOperator.FLOWING:
+    flowing = cfg.operator is EnrichmentOperator.FLOWING
+    if thread_mode and not flowing:
         # The async operators: PyFlink runs no AsyncFunction in thread mode. All of them:
         # their counts are gauges (flink_compat.is_thread_mode).
         raise ConfigError(
@@ -481,7 +482,7 @@ def apply_enrichment(
             f"allowed in thread mode: flowing"
         )
     wait = AsyncDataStream.ordered_wait if cfg.ordered else AsyncDataStream.unordered_wait
-    if cfg.operator is EnrichmentOperator.FLOWING:
+    if flowing:
         # Its own event loop, drained at the batcher's markers (pipelines.lookups.flowing,
         # handed in by the caller: that module builds on this one).
         if make_flowing is None:
@@ -517,7 +518,6 @@ def apply_enrichment(
     # The flowing stage keeps the name (its metrics read the same) but not the uid: a
     # savepoint of an AsyncFunction stage holds its batches in flight, which the flowing
     # stage would not read, so restoring one into it must fail, not drop them.
-    flowing = cfg.operator is EnrichmentOperator.FLOWING
     out = out.name(stage).uid(f"{stage}-flowing" if flowing else stage)
     records = split_in_jvm(out, keep_marked=False).name(enriched).uid(enriched)
     dead = split_in_jvm(out, keep_marked=True).name(dead_letters).uid(dead_letters)

@@ -9,7 +9,7 @@ batcher's, with drain markers: jars/src RowBatching):
   retries and failure policy as the batched operator;
 - lookups stay in flight across batches, up to `enrichment.elements_in_flight()` batches
   (the same bound as the batched operator's async queue); a batch that would exceed it
-  waits for the oldest to finish;
+  waits for one to finish (the oldest, with `enrichment.ordered`);
 - every call emits the answers of the batches that have completed since the last one (in
   the batches' order with `enrichment.ordered`);
 - an empty batch is the batcher's drain marker: it comes after the last batch before every

@@ -365,6 +365,11 @@ class EnrichmentOperator(str, Enum):
     # no AsyncFunction, so thread mode runs it too (pipelines.lookups.flowing)
     FLOWING = "flowing"
 
+    @property
+    def batched(self) -> bool:
+        """Records cross into Python in batches, parsed in the same stage."""
+        return self in (EnrichmentOperator.BATCHED, EnrichmentOperator.FLOWING)
+
 
 class EnrichmentSettings(Model):
     url: str = "http://127.0.0.1:8765"
@@ -394,7 +399,7 @@ class EnrichmentSettings(Model):
     def elements_in_flight(self) -> int:
         """Stream elements the async stage holds (records, or batches of them): a checkpoint
         waits for these. Batches x batch size never exceeds `capacity`."""
-        if self.operator in (EnrichmentOperator.BATCHED, EnrichmentOperator.FLOWING):
+        if self.operator.batched:
             return max(1, self.capacity // self.effective_batch_size())
         return self.capacity
 
