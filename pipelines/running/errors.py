@@ -39,6 +39,11 @@ _PYFLINK_WRAPPED = re.compile(
     r"during handling input .*, (?P<type>[A-Za-z_][\w.]*)\((?P<quote>['\"])(?P<msg>.*?)(?P=quote)\)\)\s*$",
     re.S | re.M,
 )
+# Thread mode (pemja) raises a Python exception into the JVM as
+#   pemja.core.PythonException: <class 'pipelines.lookups.EnrichmentFailed'>: message
+_PEMJA_WRAPPED = re.compile(
+    r"^pemja\.core\.PythonException: <class '(?P<type>[\w.]+)'>: (?P<msg>.*)$", re.S
+)
 _PYTHON_ERROR_LINE = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Errors|Failed|Fault))"
     r": (?P<msg>.*)$"
@@ -79,6 +84,16 @@ def explain_java_error(exc: BaseException) -> str | None:
 
 
 def last_cause(text: str) -> str | None:
+    """The last `Caused by:` (or the first line that names an error), a Python exception
+    raised in thread mode as the worker's traceback would name it."""
+    line = _last_cause_line(text)
+    pemja = _PEMJA_WRAPPED.match(line) if line else None
+    if pemja:
+        return f"{pemja.group('type').rsplit('.', 1)[-1]}: {pemja.group('msg')}"
+    return line
+
+
+def _last_cause_line(text: str) -> str | None:
     lines = [line.strip() for line in text.splitlines()]
     causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
     if causes:

@@ -89,6 +89,24 @@ def test_a_plain_python_traceback_gives_its_last_exception_line():
     assert explain_python_error(qualified) == "EnrichmentFailed: bad thing"
 
 
+def test_a_thread_mode_error_reads_as_the_process_mode_one():
+    """Measured: a thread-mode enrich job under `on_failure: fail` ended with pemja's
+    wrapper as its one line; process mode names the exception's class."""
+    from pipelines.running.errors import last_cause
+
+    text = (
+        "org.apache.flink.runtime.JobException: Recovery is suppressed\n\tat x.y(Z.java:1)\n"
+        "Caused by: pemja.core.PythonException: <class 'pipelines.lookups.EnrichmentFailed'>: "
+        "enrichment of record 0 failed: HTTP 503 from http://127.0.0.1:1/lookup/batch "
+        "(3 attempts)\n\tat pemja.core.PythonInterpreter.invokeMethod(Native Method)\n"
+    )
+    assert last_cause(text) == (
+        "EnrichmentFailed: enrichment of record 0 failed: HTTP 503 from "
+        "http://127.0.0.1:1/lookup/batch (3 attempts)"
+    )
+    assert last_cause("Caused by: java.io.IOException: gone\n") == "java.io.IOException: gone"
+
+
 def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off():
     import os
     import signal
