@@ -273,6 +273,9 @@ def systems_for(case: Case, tuned: bool) -> list[str]:
         names.append("project-batched")
     if tuned and case.name in SCALING_CASES:
         names.append("project-p2")
+    if tuned and case.name in SCALING_CASES and case.name in THREAD_CASES:
+        # Two tasks in one TaskManager share its interpreter's GIL in thread mode.
+        names.append("project-thread-p2")
     if case.name in BEAM_CASES:
         names.append("beam")
     names.append("quix")
@@ -308,6 +311,7 @@ def system_command(
         "project-p2": SCALED,
         "project-alo": AT_LEAST_ONCE_JOB,
         "project-thread": THREAD_MODE,
+        "project-thread-p2": THREAD_MODE + SCALED,
         "project-batched": BATCHED,
     }.get(system, [])
     return project_command(case, tag, source, bootstrap, service_url, extra, interval_s)

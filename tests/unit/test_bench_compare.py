@@ -109,3 +109,11 @@ def test_the_full_run_has_the_at_least_once_row_in_every_case():
     assert "project-thread" not in systems_for(Case("copy-bytes", "copy-bytes", 1000), tuned=True)
     assert "project-batched" in systems_for(Case("enrich-50ms", "enrich", 1000, 50), tuned=True)
     assert "project-batched" not in systems_for(Case("copy-json", "copy-json", 1000), tuned=True)
+
+
+def test_thread_mode_is_measured_at_parallelism_2_where_the_process_mode_is():
+    """Thread mode's tasks in one TaskManager share one interpreter: its scaling is a row."""
+    for case, kind in (("copy-json", "copy-json"), ("enrich-50ms", "enrich")):
+        names = systems_for(Case(case, kind, 1000, 50), tuned=True)
+        assert {"project-p2", "project-thread-p2"} <= set(names)
+    assert "project-thread-p2" not in systems_for(Case("enrich-5ms", "enrich", 1000, 5), True)
