@@ -3,14 +3,15 @@
 The job runs the case exactly as `make bench` runs it (same input, service, observer and
 settings). Once a fifth of the output is visible, for `--window` seconds:
 
-- the CPU time of every process taking part, from /proc: the CLI (which hosts the Python
-  worker in a local run: Flink's loopback mode), the job's JVM, the broker and the
-  enrichment service, as cores and as microseconds per record at the rate the observer
-  saw in the same window. Their sum against the machine's cores says whether the job is
-  short of CPU or waits;
-- a py-spy flame graph of the Python worker counting only samples that hold the GIL
-  (`--gil`): time spent waiting (for lookups, for the JVM) does not fill the picture, and
-  the GIL share says how busy the one core Python can use was.
+- the CPU time of every process taking part (pipelines.running.processes): the CLI
+  (which hosts the Python worker in a local run: Flink's loopback mode), the job's JVM,
+  the broker and the enrichment service, as cores and as microseconds per record at the
+  rate the observer saw in the same window. Their sum against the machine's cores says
+  whether the job is short of CPU or waits;
+- a py-spy flame graph of the Python worker (in thread mode: of the JVM, whose embedded
+  interpreter runs the stage) counting only samples that hold the GIL (`--gil`): time
+  spent waiting (for lookups, for the JVM) does not fill the picture, and the GIL share
+  says how busy the one core Python can use was.
 
 Writes bench/results/profile-<case>[-<label>].{txt,svg}. A measurement, not a test: the
 numbers are this machine's, and the README quotes them with the run they came from.
@@ -41,6 +42,7 @@ from bench.compare import (
     use_tuning,
 )
 from pipelines.running.processes import ProcessGroups, cpu_seconds, descendants, program_name
+from pipelines.settings import ExecutionMode, load_settings
 from pipelines_dev.topics import delete_topics
 
 TITLE = re.compile(r"<title>(.+?) \(([\d,]+) samples?, [\d.]+%\)</title>")
@@ -70,8 +72,18 @@ def hottest_frames(svg: Path, count: int = 25) -> tuple[int, list[tuple[int, str
 class Sampler:
     """Runs beside `measure`: waits for a fifth of the output, then samples one window."""
 
-    def __init__(self, case, window_s: float, svg: Path, others: dict[str, int | None]):
+    def __init__(
+        self,
+        case,
+        window_s: float,
+        svg: Path,
+        others: dict[str, int | None],
+        in_the_jvm: bool = False,
+    ):
         self.case, self.window_s, self.svg, self.others = case, window_s, svg, others
+        # Thread mode: the stage's Python runs inside the JVM (pemja), and py-spy reads the
+        # interpreter there; the CLI's own Python then only watches the job.
+        self.in_the_jvm = in_the_jvm
         self.result: dict | None = None
 
     def __call__(self, proc: subprocess.Popen, observer: Observer) -> None:
@@ -79,17 +91,22 @@ class Sampler:
             if observer.done.is_set() or observer.stop.is_set() or proc.poll() is not None:
                 return
             time.sleep(0.2)
-        labels = {proc.pid: "Python worker (the CLI, loopback)"}
+        cli = "the CLI (watching)" if self.in_the_jvm else "Python worker (the CLI, loopback)"
+        labels = {proc.pid: cli}
+        spied = proc.pid
         for pid in descendants(proc.pid) - {proc.pid}:
             if program_name(pid) == "java":
                 labels[pid] = "Flink JVM (mini-cluster)"
+                if self.in_the_jvm:
+                    labels[pid] = "Flink JVM with the Python stage"
+                    spied = pid
         labels.update({pid: name for name, pid in self.others.items() if pid})
         before = {pid: cpu_seconds(pid) for pid in labels}
         seen_before, started = len(observer.times), time.monotonic()
         owner = ProcessGroups()
         spy = owner.popen(
             [py_spy(), "record", "--gil", "--nonblocking", "--rate", "100"]
-            + ["--duration", str(int(self.window_s)), "--pid", str(proc.pid)]
+            + ["--duration", str(int(self.window_s)), "--pid", str(spied)]
             + ["--output", str(self.svg), "--format", "flamegraph"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -106,7 +123,16 @@ class Sampler:
             for pid in labels
             if before[pid] is not None and after[pid] is not None
         }
-        self.result = {"window_s": elapsed, "rate": rate, "cores": cores}
+        self.result = {"window_s": elapsed, "rate": rate, "cores": cores, "spied": labels[spied]}
+
+
+def in_the_jvm(case, sets: list[str]) -> bool:
+    """Whether the job's Python stage runs in thread mode with these settings, as the
+    settings decide it (the default follows the enrichment operator)."""
+    job = "enrich" if case.kind == "enrich" else "passthrough"
+    overrides = ["sink.dead_letter_topic=profile-dlq", *sets]
+    loaded = load_settings(job, overrides=overrides, environ={}, local=False)
+    return loaded.settings.python.execution_mode is ExecutionMode.THREAD
 
 
 def report(case_name: str, label: str, result: dict, svg: Path) -> str:
@@ -128,7 +154,8 @@ def report(case_name: str, label: str, result: dict, svg: Path) -> str:
         share = samples / (100 * window) if window else 0
         lines += [
             "",
-            f"Python worker holding the GIL: {samples} samples at 100/s = {share:.0%} of "
+            f"Python in {result.get('spied', 'the Python worker')} holding the GIL: "
+            f"{samples} samples at 100/s = {share:.0%} of "
             f"the window (flame graph: {svg.name})",
             f"{'samples':>8}  frame (inclusive)",
         ]
@@ -162,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     system = "project-tuned" if args.sets else "project"
     with broker_and_service(case.latency_ms) as (broker, service):
         others = {"Kafka broker": broker.pid(), "enrichment service": service.pid_file.live()}
-        sampler = Sampler(case, args.window, svg, others)
+        sampler = Sampler(case, args.window, svg, others, in_the_jvm=in_the_jvm(case, args.sets))
         source = fill_input(case, broker.bootstrap)
         try:
             run = measure(

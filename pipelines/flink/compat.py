@@ -13,7 +13,7 @@ import subprocess
 import threading
 from collections import deque
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from pipelines.running.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback, preload_env
@@ -568,14 +568,19 @@ def column_rows(batch):
     return zip(*row_fields(batch))
 
 
-def embedded_python_path() -> str:
-    """`python.pythonpath` for thread mode: this interpreter's import path.
+def embedded_python_path(python: str | None = None) -> str:
+    """`python.pythonpath` for thread mode: the import path of the interpreter `python`
+    names (None: this one).
 
     Thread mode runs the Python stages in the JVM with pemja, which starts the libpython of
     the base interpreter, not the virtualenv's: its site-packages (pemja itself, PyFlink,
     this project through its editable install's .pth) are not on the path unless handed
-    over. Under `flink run` to a cluster whose TaskManagers have their own interpreter this
-    is that cluster's to set."""
+    over. This interpreter's path is read; another's (a cluster's TaskManagers, say
+    /opt/venv/bin/python) is the site-packages of the venv it sits in, at this
+    interpreter's version (a job's pickled functions need the same one on both sides)."""
     import sys
 
-    return os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    if python is None or python == sys.executable:
+        return os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return str(PurePosixPath(python).parent.parent / "lib" / version / "site-packages")

@@ -112,8 +112,8 @@ def flink_configuration(
     }
     # Always set: a gateway that ran a thread-mode job keeps the mode for the next job.
     conf["python.execution-mode"] = settings.python.execution_mode.value
-    if settings.python.execution_mode is ExecutionMode.THREAD and python == sys.executable:
-        conf["python.pythonpath"] = embedded_python_path()  # a cluster's python sets its own
+    if settings.python.execution_mode is ExecutionMode.THREAD:
+        conf["python.pythonpath"] = embedded_python_path(python)
     if cp.enabled:
         conf.update(
             {

@@ -327,3 +327,18 @@ def test_thread_mode_still_needs_the_subtask_and_row_workarounds(env):
         "columns",
         str([("in", 10_000_000_000 + i, f'{{"id":{i}}}'.encode()) for i in range(3)]),
     ]
+
+
+def test_thread_mode_hands_pemja_the_import_path_of_the_interpreter_that_runs_the_job():
+    """Locally this venv's path; on a cluster (the topology's and the deploy image's
+    /opt/venv/bin/python) the site-packages of the venv that interpreter is in."""
+    import os
+    import sys
+
+    here = flink_compat.embedded_python_path().split(os.pathsep)
+    assert here and all(Path(p).is_dir() for p in here)
+    assert flink_compat.embedded_python_path(sys.executable) == os.pathsep.join(here)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    assert flink_compat.embedded_python_path("/opt/venv/bin/python") == (
+        f"/opt/venv/lib/{version}/site-packages"
+    )
