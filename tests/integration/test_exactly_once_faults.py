@@ -34,6 +34,7 @@ from tests.support import (
     assert_nothing_committed,
     every_partition_committed,
     kill_tree,
+    process_tree,
     restored_state_only,
     run_cli,
     topic_args,
@@ -231,6 +232,14 @@ def test_thread_mode_enrichment_recovers_from_an_injected_failure_exactly_once(
     )
 
 
+def _signal_tree(pid: int, signum: int) -> None:
+    for member in process_tree(pid):
+        try:
+            os.kill(member, signum)
+        except ProcessLookupError:
+            pass
+
+
 def test_killed_minicluster_process_resumes_from_latest_checkpoint(
     kafka, names, job, enrichment_service
 ):
@@ -241,18 +250,27 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(
         lso = end_offsets(kafka, names("out"), "read_committed")
         return any(lso[p] < end for p, end in end_offsets(kafka, names("out")).items())
 
+    deadline = time.monotonic() + 120
     try:
         # Killed while a transaction holds records: a quarter committed, and more written
         # but not yet committed (between two checkpoints there may be none for a moment).
-        wait_until(
-            lambda: (
-                progress(kafka, names) >= N // 4
-                and every_partition_started(kafka, names)
-                and open_transaction()
-            ),
-            120,
-            "a quarter of the input from every partition, and an open transaction",
-        )
+        # Seen open, the transaction could still commit before the kill (busy CI: the
+        # checkpoint completed in between and the next one had nothing written yet), so the
+        # run is frozen first and killed only if a transaction is still open then.
+        while True:
+            wait_until(
+                lambda: (
+                    progress(kafka, names) >= N // 4
+                    and every_partition_started(kafka, names)
+                    and open_transaction()
+                ),
+                max(deadline - time.monotonic(), 1),
+                "a quarter of the input from every partition, and an open transaction",
+            )
+            _signal_tree(crashed.proc.pid, signal.SIGSTOP)  # no commit can begin now
+            if open_transaction() and open_transaction():  # an EndTxn sent before has landed
+                break
+            _signal_tree(crashed.proc.pid, signal.SIGCONT)
     finally:
         # A machine-level crash: SIGKILL to the CLI, its JVM, its Python workers, its reaper.
         kill_tree(crashed.proc.pid)
