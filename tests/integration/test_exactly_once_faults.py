@@ -20,6 +20,7 @@ import pytest
 
 from pipelines.running.processes import descendants
 from pipelines_dev.demo import demo_values
+from pipelines_dev.faults import signal_all
 from pipelines_dev.topics import (
     committed_offsets,
     create_topics,
@@ -232,14 +233,6 @@ def test_thread_mode_enrichment_recovers_from_an_injected_failure_exactly_once(
     )
 
 
-def _signal_tree(pid: int, signum: int) -> None:
-    for member in process_tree(pid):
-        try:
-            os.kill(member, signum)
-        except ProcessLookupError:
-            pass
-
-
 def test_killed_minicluster_process_resumes_from_latest_checkpoint(
     kafka, names, job, enrichment_service
 ):
@@ -267,10 +260,11 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(
                 max(deadline - time.monotonic(), 1),
                 "a quarter of the input from every partition, and an open transaction",
             )
-            _signal_tree(crashed.proc.pid, signal.SIGSTOP)  # no commit can begin now
+            # Frozen: no commit can begin now.
+            signal_all(list(process_tree(crashed.proc.pid)), signal.SIGSTOP)
             if open_transaction() and open_transaction():  # an EndTxn sent before has landed
                 break
-            _signal_tree(crashed.proc.pid, signal.SIGCONT)
+            signal_all(list(process_tree(crashed.proc.pid)), signal.SIGCONT)
     finally:
         # A machine-level crash: SIGKILL to the CLI, its JVM, its Python workers, its reaper.
         kill_tree(crashed.proc.pid)
