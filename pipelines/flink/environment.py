@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
-from pipelines.flink.compat import embedded_python_path
+from pipelines.flink.compat import check_shared_libpython, embedded_python_path
 from pipelines.flink.jobmanager import JOB_PARAMETER, PREFIX_PARAMETER, SAVEPOINT_PARAMETER
 from pipelines.running import paths
 from pipelines.settings import ExecutionMode, RestartStrategy, Retention, Settings
@@ -180,6 +180,8 @@ def create_environment(
     given = StreamExecutionEnvironment.get_execution_environment()._j_stream_execution_environment
     python = given.getConfiguration().toMap().get("python.executable")
     flink_conf = flink_configuration(settings, jars.resolve(), python=python, uses=uses)
+    if flink_conf["python.execution-mode"] == ExecutionMode.THREAD.value:
+        check_shared_libpython(python)
     flink_conf["python.client.executable"] = sys.executable
     for key, value in {**flink_conf, **(extra or {})}.items():
         conf.set_string(key, value)

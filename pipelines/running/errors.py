@@ -9,6 +9,7 @@ import re
 import sys
 from typing import Callable
 
+from pipelines.flink.compat import NoSharedLibpython
 from pipelines.flink.jobmanager import JobManagerError
 from pipelines.kafka.clients import BrokerUnreachable
 from pipelines.settings import ConfigError, SecretMask
@@ -114,7 +115,15 @@ def guarded(action: Callable[[], int], mask: SecretMask | None = None) -> int:
 
     try:
         return action()
-    except (ConfigError, JarError, Failure, BrokerUnreachable, JobManagerError, StageError) as exc:
+    except (
+        ConfigError,
+        JarError,
+        Failure,
+        BrokerUnreachable,
+        JobManagerError,
+        StageError,
+        NoSharedLibpython,
+    ) as exc:
         print(mask_text(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KafkaException as exc:  # a Kafka call failed after the broker was reached

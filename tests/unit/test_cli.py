@@ -107,6 +107,19 @@ def test_a_thread_mode_error_reads_as_the_process_mode_one():
     assert last_cause("Caused by: java.io.IOException: gone\n") == "java.io.IOException: gone"
 
 
+def test_no_shared_libpython_is_one_error_line_and_exit_2(capsys):
+    """Raised before the job is submitted (flink.environment.create_environment): the
+    command ends as a bad configuration does, not with a Py4J or pemja trace."""
+    from pipelines.flink.compat import NoSharedLibpython
+    from pipelines.running.errors import EXIT_BAD_INPUT, guarded
+
+    def action() -> int:
+        raise NoSharedLibpython("python.execution_mode: thread ... has none")
+
+    assert guarded(action) == EXIT_BAD_INPUT == 2
+    assert capsys.readouterr().err == "error: python.execution_mode: thread ... has none\n"
+
+
 def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off():
     import os
     import signal

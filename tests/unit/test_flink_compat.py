@@ -342,3 +342,37 @@ def test_thread_mode_hands_pemja_the_import_path_of_the_interpreter_that_runs_th
     assert flink_compat.embedded_python_path("/opt/venv/bin/python") == (
         f"/opt/venv/lib/{version}/site-packages"
     )
+
+
+def test_the_libpython_check_runs_what_pemja_runs():
+    """pemja finds the libpython it loads by running this script with the configured python;
+    the check asks the same question. Fails when pemja asks another way."""
+    import zipfile
+
+    import pyflink
+
+    jar = next((Path(pyflink.__file__).parent / "opt").glob("flink-python-*.jar"))
+    with zipfile.ZipFile(jar) as archive:
+        code = archive.read("pemja/utils/CommonUtils.class")
+    assert flink_compat._FIND_LIBPYTHON.encode() in code
+
+
+def test_thread_mode_on_a_python_pemja_finds_no_libpython_for_is_one_line(tmp_path):
+    """This interpreter has its shared libpython; a venv without find_libpython (what pemja
+    runs to find it) is one where thread mode cannot start. Another machine's interpreter
+    is not judged here."""
+    import sys
+
+    flink_compat.check_shared_libpython()
+    flink_compat.check_shared_libpython(sys.executable)
+    flink_compat.check_shared_libpython("/opt/no-such-venv/bin/python")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "bare"], check=True)
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    with pytest.raises(flink_compat.NoSharedLibpython) as raised:
+        flink_compat.check_shared_libpython(bare)
+    assert str(raised.value) == (
+        f"python.execution_mode: thread runs the Python stages inside the JVM, which needs the "
+        f"shared libpython of {bare}, and it has none: install it (Debian/Ubuntu: apt-get "
+        f"install libpython3.11) or use a Python built with --enable-shared, or set "
+        f"python.execution_mode: process"
+    )
