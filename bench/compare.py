@@ -246,10 +246,11 @@ def use_tuning(items: list[str]) -> None:
 # says what exactly once costs here.
 AT_LEAST_ONCE_JOB = ["--set", "sink.delivery=at-least-once"]
 
-# The Python stage inside the JVM (python.execution_mode: thread) beside the worker process:
-# the parse, and the enrichment (its default operator, flowing, runs in either mode).
-THREAD_CASES = {"copy-json", "enrich-5ms", "enrich-50ms"}
-THREAD_MODE = ["--set", "python.execution_mode=thread"]
+# The Python stage in a worker process (python.execution_mode: process) beside the default,
+# inside the JVM (thread): the parse, and the enrichment (its default operator, flowing,
+# runs in either mode).
+MODE_CASES = {"copy-json", "enrich-5ms", "enrich-50ms"}
+PROCESS_MODE = ["--set", "python.execution_mode=process"]
 # The enrichment through PyFlink's AsyncFunction (the operator before flowing), beside it.
 BATCHED = ["--set", "enrichment.operator=batched"]
 BATCHED_CASES = {"enrich-5ms", "enrich-50ms"}
@@ -267,15 +268,16 @@ def systems_for(case: Case, tuned: bool) -> list[str]:
         names.append("project-alo")
     if tuned and TUNED[case.kind]:
         names.append("project-tuned")
-    if tuned and case.name in THREAD_CASES:
-        names.append("project-thread")
+    if tuned and case.name in MODE_CASES:
+        names.append("project-process")
     if tuned and case.name in BATCHED_CASES:
         names.append("project-batched")
     if tuned and case.name in SCALING_CASES:
         names.append("project-p2")
-    if tuned and case.name in SCALING_CASES and case.name in THREAD_CASES:
-        # Two tasks in one TaskManager share its interpreter's GIL in thread mode.
-        names.append("project-thread-p2")
+    if tuned and case.name in SCALING_CASES and case.name in MODE_CASES:
+        # Two tasks in one TaskManager share its interpreter's GIL in thread mode (project-p2),
+        # not in process mode.
+        names.append("project-process-p2")
     if case.name in BEAM_CASES:
         names.append("beam")
     names.append("quix")
@@ -310,8 +312,8 @@ def system_command(
         "project-tuned": TUNED[case.kind],
         "project-p2": SCALED,
         "project-alo": AT_LEAST_ONCE_JOB,
-        "project-thread": THREAD_MODE,
-        "project-thread-p2": THREAD_MODE + SCALED,
+        "project-process": PROCESS_MODE,
+        "project-process-p2": PROCESS_MODE + SCALED,
         "project-batched": BATCHED,
     }.get(system, [])
     return project_command(case, tag, source, bootstrap, service_url, extra, interval_s)

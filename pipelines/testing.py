@@ -14,7 +14,9 @@ with `records`, `dead_letters` and `late` for the default sinks). Parallelism is
 overridden, so the output's order is the input's where the job keeps order.
 
 What this does not test: Kafka itself (offsets, transactions, exactly-once across a
-restart). The integration smoke test `pipelines-dev new` writes beside this one does.
+restart), and thread mode (python.execution_mode: the Python stages run in this process,
+in process mode, so a lookup double is the test's own object). The integration smoke test
+`pipelines-dev new` writes beside this one does.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pipelines.flink.compat import (
 from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
 from pipelines.lookups import ClientFactory
 from pipelines.records.lines import key_of, split_meta
-from pipelines.settings import MetricsSettings, Settings, load_settings
+from pipelines.settings import ExecutionMode, MetricsSettings, Settings, load_settings
 from pipelines.stages import graph_of
 
 __all__ = ["TOPIC", "Output", "Record", "Written", "run", "settings_for"]
@@ -133,7 +135,15 @@ def run(
     if settings is None:
         settings = _settings(jobs.name_of(build), module, overrides)
     # A test's JVM (in this process, without the loopback shim) serves no metrics port.
-    settings = settings.model_copy(update={"metrics": MetricsSettings(prometheus_port=None)})
+    # Its Python stages run in process mode, in this process's worker pool, whatever the
+    # settings say: there a lookup double is the test's own object (thread mode would run
+    # it in the JVM's interpreter, another copy). The job's smoke test runs its own mode.
+    settings = settings.model_copy(
+        update={
+            "metrics": MetricsSettings(prometheus_port=None),
+            "python": settings.python.model_copy(update={"execution_mode": ExecutionMode.PROCESS}),
+        }
+    )
     # PyFlink fuses chained Python operators, and a fused collecting map took over the uid of
     # the side output before it ("Hash collision on user-specified ID"): kept apart here.
     extra = {**_cluster_for(settings), "python.operator-chaining.enabled": "false"}

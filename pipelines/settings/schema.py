@@ -465,7 +465,9 @@ class PythonSettings(Model):
     batch_size: int = Field(default=500, ge=1)
     batch_delay: int = 20  # longest a partial batch waits before it is sent on
     # Where the job's Python stages run (Flink's python.execution-mode, one for the job).
-    execution_mode: ExecutionMode = ExecutionMode.PROCESS
+    # Unset: thread, or process for an enrichment operator thread mode cannot run
+    # (Settings._execution_mode_follows_the_operator).
+    execution_mode: ExecutionMode = ExecutionMode.THREAD
 
     _dur = duration_fields("bundle_time", "batch_delay")
 
@@ -591,6 +593,36 @@ class Settings(Model):
     faults: FaultSettings = Field(default_factory=FaultSettings)
     beam: BeamSettings = Field(default_factory=BeamSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _execution_mode_follows_the_operator(cls, data: Any) -> Any:
+        """Thread mode is the default (docs/performance.md, "Which mode, and why"): no data
+        plane, no worker process, measured faster. PyFlink runs no AsyncFunction in it, so
+        a job that chose one of those operators and no mode runs in process mode rather
+        than failing on a default it did not pick; one that names thread with them is
+        refused (pipelines.lookups.enrichment)."""
+        if not isinstance(data, dict):
+            return data
+        python = data.get("python")
+        if python is not None and not isinstance(python, dict):
+            return data  # a PythonSettings already made: its mode is what it says
+        if python and "execution_mode" in python:
+            return data
+        enrichment = data.get("enrichment")
+        operator = (
+            enrichment.get("operator")
+            if isinstance(enrichment, dict)
+            else getattr(enrichment, "operator", None)
+        )
+        try:
+            chosen = EnrichmentOperator(operator) if operator is not None else None
+        except ValueError:
+            return data  # the field's own validation says what is allowed
+        if chosen is None or chosen is EnrichmentOperator.FLOWING:
+            return data
+        return {**data, "python": {**(python or {}), "execution_mode": ExecutionMode.PROCESS}}
+
     # Values the loader resolved from `${env:}`/`${file:}`: secrets wherever they sit
     # (secrets.secret_values), though their keys may not say so.
     _referenced: frozenset[str] = PrivateAttr(default_factory=frozenset)

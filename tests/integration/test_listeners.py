@@ -22,7 +22,8 @@ from tests.support import cmdline, listening_sockets, not_loopback, run_cli, top
 pytestmark = pytest.mark.integration
 
 
-def _python_stage_args(kafka, names):
+def _python_stage_args(kafka, names, mode="process"):
+    """Process mode where the Python worker's gRPC services are what is audited."""
     return [
         "passthrough",
         *topic_args(kafka, names, dead_letters=True),
@@ -30,6 +31,8 @@ def _python_stage_args(kafka, names):
         "parse.validate_records=true",  # parse in Python: the worker and its gRPC services
         "--set",
         "checkpoint.interval=1s",
+        "--set",
+        f"python.execution_mode={mode}",
     ]
 
 
@@ -41,14 +44,20 @@ def _audit(pids: set[int], what: str) -> dict[str, int]:
     return listeners
 
 
-def test_a_local_run_with_python_stages_listens_on_loopback_only(kafka, names):
+# The fewest listeners each mode opens: REST, RPC and blob server, then in process mode
+# Beam's fn services and the worker pool (thread mode has no worker, no data plane).
+FEWEST_LISTENERS = {"process": 8, "thread": 3}
+
+
+@pytest.mark.parametrize("mode", sorted(FEWEST_LISTENERS))
+def test_a_local_run_with_python_stages_listens_on_loopback_only(kafka, names, mode):
     create_topics(kafka, {names("in"): 2, names("out"): 2, names("dlq"): 1})
     produce(kafka, names("in"), demo_values(500, bad_every=50))
-    job = RunningJob(*_python_stage_args(kafka, names))
+    job = RunningJob(*_python_stage_args(kafka, names, mode))
     try:
-        job.wait_for(r"checkpoints [1-9]\d* completed", 120)  # the Python worker is up
-        listeners = _audit(descendants(job.proc.pid), "local run")
-        assert len(listeners) >= 8  # REST, RPC, blob, Beam's fn services, the worker pool
+        job.wait_for(r"checkpoints [1-9]\d* completed", 120)  # the Python stage is up
+        listeners = _audit(descendants(job.proc.pid), f"local run, {mode} mode")
+        assert len(listeners) >= FEWEST_LISTENERS[mode]
     finally:
         assert job.interrupt() == 0, job.output
 

@@ -105,8 +105,8 @@ def test_the_full_run_has_the_at_least_once_row_in_every_case():
     # both execution modes in every case with a Python stage; the enrichment's operator
     # before flowing beside it
     for case, kind in (("copy-json", "copy-json"), ("enrich-5ms", "enrich")):
-        assert "project-thread" in systems_for(Case(case, kind, 1000, 5), tuned=True)
-    assert "project-thread" not in systems_for(Case("copy-bytes", "copy-bytes", 1000), tuned=True)
+        assert "project-process" in systems_for(Case(case, kind, 1000, 5), tuned=True)
+    assert "project-process" not in systems_for(Case("copy-bytes", "copy-bytes", 1000), tuned=True)
     assert "project-batched" in systems_for(Case("enrich-50ms", "enrich", 1000, 50), tuned=True)
     assert "project-batched" not in systems_for(Case("copy-json", "copy-json", 1000), tuned=True)
 
@@ -115,5 +115,5 @@ def test_thread_mode_is_measured_at_parallelism_2_where_the_process_mode_is():
     """Thread mode's tasks in one TaskManager share one interpreter: its scaling is a row."""
     for case, kind in (("copy-json", "copy-json"), ("enrich-50ms", "enrich")):
         names = systems_for(Case(case, kind, 1000, 50), tuned=True)
-        assert {"project-p2", "project-thread-p2"} <= set(names)
-    assert "project-thread-p2" not in systems_for(Case("enrich-5ms", "enrich", 1000, 5), True)
+        assert {"project-p2", "project-process-p2"} <= set(names)
+    assert "project-process-p2" not in systems_for(Case("enrich-5ms", "enrich", 1000, 5), True)

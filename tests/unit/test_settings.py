@@ -368,3 +368,22 @@ def test_a_value_is_printed_masked_typed_and_formatted(key, value, source, shown
     from pipelines.settings.secrets import mask_value
 
     assert mask_value(key, value, source) == shown
+
+
+@pytest.mark.parametrize(
+    "overrides, mode",
+    [
+        ((), "thread"),
+        (("enrichment.operator=flowing",), "thread"),
+        (("enrichment.operator=batched",), "process"),
+        (("enrichment.operator=async",), "process"),
+        (("enrichment.operator=sync",), "process"),
+        (("python.execution_mode=process",), "process"),
+        # Named with an operator thread mode cannot run: kept, and refused when the stage
+        # is built (test_stages), not silently turned into process mode.
+        (("enrichment.operator=batched", "python.execution_mode=thread"), "thread"),
+    ],
+)
+def test_the_execution_mode_is_thread_unless_the_operator_needs_a_worker(tmp_path, overrides, mode):
+    loaded = load_settings("demo", overrides=overrides, conf_dir=_conf(tmp_path), environ={})
+    assert loaded.settings.python.execution_mode.value == mode

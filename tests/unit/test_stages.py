@@ -209,6 +209,7 @@ def test_thread_mode_parses_in_column_batches_and_enriches_only_with_the_flowing
     [batcher] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == "batch"]
     operator = batcher.getOperatorFactory().getOperator()
     assert operator.getClass().getSimpleName() == "ColumnBatcher"
-    env = create_environment(settings_for("passthrough"))  # the mode never carries over
+    # The mode never carries over to the next environment of the same gateway.
+    env = create_environment(settings_for("passthrough", "python.execution_mode=process"))
     conf = env._j_stream_execution_environment.getConfiguration().toMap()
     assert conf.get("python.execution-mode") == "process"
