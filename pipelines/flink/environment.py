@@ -180,7 +180,7 @@ def create_environment(
     given = StreamExecutionEnvironment.get_execution_environment()._j_stream_execution_environment
     python = given.getConfiguration().toMap().get("python.executable")
     flink_conf = flink_configuration(settings, jars.resolve(), python=python, uses=uses)
-    if flink_conf["python.execution-mode"] == ExecutionMode.THREAD.value:
+    if settings.python.execution_mode is ExecutionMode.THREAD:
         check_shared_libpython(python)
     flink_conf["python.client.executable"] = sys.executable
     for key, value in {**flink_conf, **(extra or {})}.items():
