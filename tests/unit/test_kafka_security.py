@@ -232,6 +232,18 @@ def test_the_commit_and_poll_settings_own_their_source_properties_only():
     )
 
 
+def test_the_sinks_batch_256_kib_unless_kafka_properties_name_a_size():
+    from pipelines.kafka.connectors import sink_properties
+
+    props = sink_properties(settings(), id_suffix="-dlq")
+    assert props["batch.size"] == "262144"
+    assert (props["acks"], props["client.id"]) == ("all", "passthrough-sink-dlq")
+    assert props["transaction.timeout.ms"] == "600000"
+    assert sink_properties(settings("kafka.properties.batch.size=16384"))["batch.size"] == "16384"
+    alo = sink_properties(settings("sink.delivery=at-least-once"))
+    assert "transaction.timeout.ms" not in alo and alo["batch.size"] == "262144"
+
+
 def test_oauthbearer_leaves_the_jaas_line_to_the_user():
     oauth = (
         "kafka.security.protocol=SASL_SSL",
