@@ -703,7 +703,7 @@ def costs_text(summaries: list[Summary]) -> str:
     if jvm and python:
         lines.append(
             f"what the Python bridge costs (copy-json / copy-bytes, at least once): "
-            f"{python / jvm:.2f} (each record crosses JVM -> Python worker -> JVM and is parsed)"
+            f"{python / jvm:.2f} (each record is handed to Python, parsed and written back as JSON)"
         )
     return "\n".join(lines)
 

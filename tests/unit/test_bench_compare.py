@@ -92,7 +92,7 @@ def test_the_costs_of_exactly_once_and_of_the_bridge_come_from_the_same_run():
         "what exactly once costs (project / project-alo, 1 s checkpoints): "
         "copy-bytes 0.96, copy-json 0.80",
         "what the Python bridge costs (copy-json / copy-bytes, at least once): 0.80 "
-        "(each record crosses JVM -> Python worker -> JVM and is parsed)",
+        "(each record is handed to Python, parsed and written back as JSON)",
     ]
     assert costs_text(summarise(_runs({("copy-json", "project"): 1.0}))) == ""
 
