@@ -25,9 +25,9 @@ from pathlib import Path
 
 from pipelines.running.processes import ProcessGroups
 
-BATCH = 200  # the companies in one POST: the enrich job's default batch_size
+BATCH = 500  # the companies in one POST: the enrich job's default batch_size
 COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"]
-FIRST_CONNECTIONS = 40  # 40 batches of 200 in flight: the job's default capacity, 8,000
+FIRST_CONNECTIONS = 16  # 16 batches of 500 in flight: the job's default capacity, 8,000
 MOST_CONNECTIONS = 2560
 REQUESTS = re.compile(r"^Requests/sec:\s+([\d.]+)", re.M)
 NON_2XX = re.compile(r"Non-2xx or 3xx responses:\s+(\d+)")

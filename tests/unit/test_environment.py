@@ -84,9 +84,9 @@ def test_at_least_once_mode_reaches_the_java_side():
         (
             "enrich",
             ("enrichment",),
-            "40",
+            "16",
             "8000",
-        ),  # one round of lookups: 8000 in flight, 200 a batch
+        ),  # one round of lookups: 8000 in flight, 500 a batch
     ],
 )
 def test_bundles_and_polls_are_sized_to_lookups_only_where_there_are_lookups(
