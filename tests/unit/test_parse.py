@@ -169,6 +169,24 @@ def test_every_field_type_accepts_its_values_and_numbers_take_integers():
     assert check_record({**GOOD, "n": -0.5}, TYPED)[1] is None
 
 
+# Every JSON value's Python type, and the edge cases of each field type's rule.
+EVERY_KIND = [None, True, False, 0, -3, 2**70, 0.5, float("inf"), float("nan"), "", "x",
+              [], [1], {}, {"a": 1}]  # fmt: skip
+
+
+@pytest.mark.parametrize("wanted", list(FieldType))
+@pytest.mark.parametrize("value", EVERY_KIND, ids=repr)
+def test_the_fast_path_for_plain_types_agrees_with_the_full_rule(wanted, value):
+    """check_record passes a plain-typed field without asking field_problem: whatever it
+    passes or refuses, the full rule must say the same."""
+    from pipelines.records.parse import check_record, field_problem
+
+    why = field_problem({"f": value}, "f", wanted)
+    expected = ({"f": value}, None) if why is None else (
+        None, f"required field(s) not usable: f is {why}")  # fmt: skip
+    assert check_record({"f": value}, {"f": wanted}) == expected
+
+
 def test_all_problems_are_named_missing_first():
     from pipelines.records.parse import check_record
 
