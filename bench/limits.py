@@ -25,9 +25,7 @@ from pathlib import Path
 
 from pipelines.running.processes import ProcessGroups
 
-BATCH = 500  # the companies in one POST: the enrich job's default batch_size
 COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"]
-FIRST_CONNECTIONS = 16  # 16 batches of 500 in flight: the job's default capacity, 8,000
 MOST_CONNECTIONS = 2560
 REQUESTS = re.compile(r"^Requests/sec:\s+([\d.]+)", re.M)
 NON_2XX = re.compile(r"Non-2xx or 3xx responses:\s+(\d+)")
@@ -41,9 +39,9 @@ class ServiceMax:
     note: str = ""  # why there is no figure, or what the figure came from
 
 
-def wrk_script() -> str:
-    """A wrk Lua script POSTing one batch of BATCH companies, as the job's client does."""
-    body = ",".join(f'\\"{COMPANIES[i % len(COMPANIES)]}\\"' for i in range(BATCH))
+def wrk_script(batch: int) -> str:
+    """A wrk Lua script POSTing one batch of `batch` companies, as the job's client does."""
+    body = ",".join(f'\\"{COMPANIES[i % len(COMPANIES)]}\\"' for i in range(batch))
     return (
         'wrk.method = "POST"\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
@@ -67,18 +65,18 @@ def parse_wrk(output: str) -> tuple[float | None, str]:
 
 
 def service_max(url: str, duration_s: int = 6) -> ServiceMax:
-    """The service's best batch-lookup rate in records/s: concurrency doubles from
-    FIRST_CONNECTIONS until the rate stops growing by a tenth (the service is then the
-    limit, not the round trips in flight), with one wrk thread so the service keeps the
-    other core."""
+    """The service's best batch-lookup rate in records/s, POSTing the enrich job's batches
+    (`default_batching`): concurrency doubles from its batches in flight until the rate
+    stops growing by a tenth (the service is then the limit, not the round trips in
+    flight), with one wrk thread so the service keeps the other core."""
     wrk = shutil.which("wrk")
     if wrk is None:
         return ServiceMax(None, note="not measured: wrk is not installed (apt-get install wrk)")
     best = ServiceMax(None, note="no clean wrk run")
+    batch, connections = default_batching()
     with tempfile.TemporaryDirectory(prefix="bench-wrk-") as tmp:
         script = Path(tmp) / "batch.lua"
-        script.write_text(wrk_script())
-        connections = FIRST_CONNECTIONS
+        script.write_text(wrk_script(batch))
         while connections <= MOST_CONNECTIONS:
             owner = ProcessGroups()
             try:
@@ -100,13 +98,13 @@ def service_max(url: str, duration_s: int = 6) -> ServiceMax:
                     best.note = f"not measured: {reason} at {connections} connections"
                 return best
             previous = best.records_per_s
-            if previous is None or rate * BATCH > previous:
+            if previous is None or rate * batch > previous:
                 best = ServiceMax(
-                    rate * BATCH,
+                    rate * batch,
                     connections,
-                    f"wrk, {connections} connections x batches of {BATCH}",
+                    f"wrk, {connections} connections x batches of {batch}",
                 )
-            if previous is not None and rate * BATCH < previous * 1.1:
+            if previous is not None and rate * batch < previous * 1.1:
                 return best
             connections *= 2
     return best
@@ -117,6 +115,15 @@ def default_capacity() -> int:
     from pipelines.settings.loader import load_settings
 
     return load_settings("enrich", local=False).settings.enrichment.capacity
+
+
+def default_batching() -> tuple[int, int]:
+    """(records a batch, batches in flight) of the enrich job's committed config: the batch
+    wrk POSTs and the concurrency it starts from."""
+    from pipelines.settings.loader import load_settings
+
+    cfg = load_settings("enrich", local=False).settings.enrichment
+    return cfg.effective_batch_size(), cfg.elements_in_flight()
 
 
 def capacity_of(args: list[str], default: int) -> int:

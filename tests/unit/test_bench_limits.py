@@ -8,7 +8,8 @@ import json
 import pytest
 
 from bench.compare import Summary, limits_text, table
-from bench.limits import BATCH, capacity_of, case_limits, parse_wrk, wrk_script
+from bench.limits import capacity_of, case_limits, default_batching, parse_wrk, wrk_script
+from pipelines.settings.loader import load_settings
 
 pytestmark = pytest.mark.unit
 
@@ -41,9 +42,12 @@ def test_failed_answers_or_socket_errors_are_no_maximum():
 
 
 def test_the_script_posts_one_batch_of_the_jobs_size():
-    script = wrk_script()
+    enrichment = load_settings("enrich", local=False).settings.enrichment
+    batch, in_flight = default_batching()
+    assert (batch, in_flight) == (enrichment.batch_size, enrichment.capacity // batch)
+    script = wrk_script(batch)
     body = script.split('wrk.body = "', 1)[1].rsplit('"', 1)[0].replace('\\"', '"')
-    assert len(json.loads(body)["companies"]) == BATCH
+    assert len(json.loads(body)["companies"]) == enrichment.batch_size
     assert 'wrk.method = "POST"' in script
 
 
