@@ -742,6 +742,9 @@ def chart(
     systems = list(dict.fromkeys(s.system for s in summaries))
     fig, ax = plt.subplots(figsize=(max(6, 1.9 * len(case_names)), 4.5))
     width = 0.8 / len(systems)
+    # A colour per system: the default cycle has 10 and a full run has more systems, which
+    # gave the Beam pipeline the job's colour.
+    colours = [plt.get_cmap("tab20")(i) for i in range(20)]
     for i, system in enumerate(systems):
         xs, medians, lows, highs = [], [], [], []
         for x, case in enumerate(case_names):
@@ -753,7 +756,15 @@ def chart(
             medians.append(median)
             lows.append(median - min(s.rates))
             highs.append(max(s.rates) - median)
-        ax.bar(xs, medians, width, yerr=[lows, highs], capsize=3, label=system)
+        ax.bar(
+            xs,
+            medians,
+            width,
+            yerr=[lows, highs],
+            capsize=3,
+            label=system,
+            color=colours[i % len(colours)],
+        )
     for x, case in enumerate(case_names):
         found = (limits or {}).get(case)
         if found:  # the case's limit across its group of bars
