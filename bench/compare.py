@@ -744,7 +744,7 @@ def chart(
     width = 0.8 / len(systems)
     # A colour per system: the default cycle has 10 and a full run has more systems, which
     # gave the Beam pipeline the job's colour.
-    colours = [plt.get_cmap("tab20")(i) for i in range(20)]
+    colours = plt.get_cmap("tab20")
     for i, system in enumerate(systems):
         xs, medians, lows, highs = [], [], [], []
         for x, case in enumerate(case_names):
@@ -763,7 +763,7 @@ def chart(
             yerr=[lows, highs],
             capsize=3,
             label=system,
-            color=colours[i % len(colours)],
+            color=colours(i % colours.N),
         )
     for x, case in enumerate(case_names):
         found = (limits or {}).get(case)

@@ -110,19 +110,22 @@ def service_max(url: str, duration_s: int = 6) -> ServiceMax:
     return best
 
 
-def default_capacity() -> int:
-    """The enrich job's lookups in flight per subtask, from its committed config."""
+def enrich_defaults():
+    """The enrich job's committed enrichment settings: what the limits are measured for."""
     from pipelines.settings.loader import load_settings
 
-    return load_settings("enrich", local=False).settings.enrichment.capacity
+    return load_settings("enrich", local=False).settings.enrichment
+
+
+def default_capacity() -> int:
+    """The enrich job's lookups in flight per subtask, from its committed config."""
+    return enrich_defaults().capacity
 
 
 def default_batching() -> tuple[int, int]:
     """(records a batch, batches in flight) of the enrich job's committed config: the batch
     wrk POSTs and the concurrency it starts from."""
-    from pipelines.settings.loader import load_settings
-
-    cfg = load_settings("enrich", local=False).settings.enrichment
+    cfg = enrich_defaults()
     return cfg.effective_batch_size(), cfg.elements_in_flight()
 
 
