@@ -146,6 +146,48 @@ def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off()
     assert len(forced) == 1
 
 
+def test_our_stop_caught_and_logged_by_a_library_prints_no_stack_trace():
+    """Py4J's send_command logs a KeyboardInterrupt on the root logger with its trace, then
+    raises it on: our stop, arriving inside a Py4J call, printed that trace (a CI run)."""
+    import logging
+    import os
+    import signal
+    import time
+
+    from pipelines.running.processes import ProcessGroups
+    from pipelines.running.stopping import StopRequested, StopSignals
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    def library_call():  # what py4j 0.10.9's GatewayClient.send_command does
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            logging.exception("KeyboardInterrupt while sending command.")
+            raise
+
+    keep = Keep()
+    logging.getLogger().addHandler(keep)
+    stops = StopSignals(ProcessGroups(), deadline_s=30)
+    stops.install()
+    try:
+        with pytest.raises(StopRequested):
+            library_call()
+        try:
+            raise ValueError("not a stop")
+        except ValueError:
+            logging.exception("another failure")
+    finally:
+        stops.restore()
+        logging.getLogger().removeHandler(keep)
+    assert [r.getMessage() for r in records] == ["another failure"]
+
+
 def test_a_thread_dying_after_a_local_run_writes_to_the_worker_log_not_the_terminal(
     tmp_path, capfd
 ):
