@@ -11,7 +11,8 @@ smallest of the limits that apply to it:
   leaves the JVM: what the broker, the source and the exactly-once sink allow);
 - **parse-only**: the project's `copy-json` rate in the same run (every record through the
   Python worker and back, without lookups);
-- **capacity / latency**: the lookups a subtask keeps in flight over one service round trip.
+- **capacity / latency**: the most lookups a subtask keeps in flight (`max_capacity` where
+  the bound adapts) over one service round trip.
 """
 
 from __future__ import annotations
@@ -118,8 +119,10 @@ def enrich_defaults():
 
 
 def default_capacity() -> int:
-    """The enrich job's lookups in flight per subtask, from its committed config."""
-    return enrich_defaults().capacity
+    """The most lookups the enrich job keeps in flight per subtask, from its committed
+    config: its `max_capacity` where the bound adapts, else its `capacity`."""
+    cfg = enrich_defaults()
+    return cfg.max_capacity or cfg.capacity
 
 
 def default_batching() -> tuple[int, int]:

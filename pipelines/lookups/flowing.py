@@ -9,7 +9,9 @@ batcher's, with drain markers: jars/src RowBatching):
   retries and failure policy as the batched operator;
 - lookups stay in flight across batches, up to `enrichment.elements_in_flight()` batches
   (the same bound as the batched operator's async queue); a batch that would exceed it
-  waits for one to finish (the oldest, with `enrichment.ordered`);
+  waits for one to finish (the oldest, with `enrichment.ordered`). With
+  `enrichment.max_capacity` the bound adapts to the round trips it measures, up to that
+  (pipelines.lookups.concurrency);
 - every call emits the answers of the batches that have completed since the last one (in
   the batches' order with `enrichment.ordered`);
 - an empty batch is the batcher's drain marker: it comes after the last batch before every
@@ -27,12 +29,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections import deque
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
 from pipelines.flink.compat import column_rows, is_thread_mode
 from pipelines.lookups import ClientFactory
+from pipelines.lookups.concurrency import GradientLimit
 from pipelines.lookups.enrichment import enricher_for, rewrap, stage_parser, worst_case_ms
 from pipelines.records.lines import DEAD_MARK, join_lines
 from pipelines.settings import Settings
@@ -86,20 +90,35 @@ class LoopThread:
 class InFlight:
     """Batches whose lookups run on the loop, used from the task thread only: answers come
     out as their batches complete, or in the order the batches came with `ordered`
-    (`enrichment.ordered`)."""
+    (`enrichment.ordered`). The bound is fixed, or adapts with `adapt`."""
 
-    def __init__(self, loop: LoopThread, limit: int, drain_timeout_s: float, ordered: bool):
+    def __init__(
+        self,
+        loop: LoopThread,
+        limit: int,
+        drain_timeout_s: float,
+        ordered: bool,
+        adapt: GradientLimit | None = None,
+    ):
         self.loop = loop
-        self.limit = limit
+        self._fixed = limit
+        self.adapt = adapt
         self.drain_timeout_s = drain_timeout_s
         self.ordered = ordered
-        self._batches: deque[tuple[list[str], concurrent.futures.Future]] = deque()
+        self._batches: deque[tuple[list[str], concurrent.futures.Future, float]] = deque()
+
+    @property
+    def limit(self) -> int:
+        return self._fixed if self.adapt is None else self.adapt.value
 
     def __len__(self) -> int:
         return len(self._batches)
 
     def start(self, metas: list[str], coro: Coroutine[Any, Any, list[str]]) -> None:
-        self._batches.append((metas, self.loop.submit(coro)))
+        future = self.loop.submit(coro)
+        if self.adapt is not None:  # the round trip ends on the loop, not when we look
+            future.add_done_callback(_stamp_end)
+        self._batches.append((metas, future, time.monotonic()))
 
     def completed(self, at_most: int | None = None) -> Iterator[str]:
         """A batch's answers as one element each: of the batches completed by now, then,
@@ -115,7 +134,7 @@ class InFlight:
             if not ready:
                 if len(batches) <= bound:
                     return
-                waiting = [batches[0][1]] if self.ordered else [f for _, f in batches]
+                waiting = [batches[0][1]] if self.ordered else [b[1] for b in batches]
                 done, _ = concurrent.futures.wait(
                     waiting, self.drain_timeout_s, concurrent.futures.FIRST_COMPLETED
                 )
@@ -126,12 +145,28 @@ class InFlight:
                     )
                 continue
             for batch in ready:
+                if self.adapt is not None:
+                    ended = getattr(batch[1], "ended", None) or time.monotonic()
+                    self.adapt.update(ended - batch[2], len(batches))
                 batches.remove(batch)
-                metas, future = batch
+                metas, future, _ = batch
                 yield join_lines(map(rewrap, metas, future.result()))
 
     def drain(self) -> Iterator[str]:
         return self.completed(at_most=0)
+
+
+def _stamp_end(future: concurrent.futures.Future) -> None:
+    future.ended = time.monotonic()  # type: ignore[attr-defined]
+
+
+def adaptive_limit(settings: Settings) -> GradientLimit | None:
+    """The flowing stage's adaptive bound in batches, or None for a fixed `capacity`."""
+    cfg = settings.enrichment
+    if cfg.max_capacity is None or cfg.max_capacity == cfg.capacity:
+        return None
+    start = cfg.elements_in_flight()
+    return GradientLimit(start, start, max(start, cfg.max_capacity // cfg.effective_batch_size()))
 
 
 def make_flowing_function(settings: Settings, client_factory: ClientFactory, columns: bool):
@@ -154,6 +189,7 @@ def make_flowing_function(settings: Settings, client_factory: ClientFactory, col
                 cfg.elements_in_flight(),
                 worst_case_ms(cfg) / 1000 + DRAIN_MARGIN_S,
                 cfg.ordered,
+                adaptive_limit(settings),
             )
 
         def process_element(self, value, ctx):

@@ -380,6 +380,10 @@ class EnrichmentSettings(Model):
     # batched: lookups of one batch share one POST {url}/lookup/batch round trip
     coalesce: bool = False
     capacity: int = Field(default=100, ge=1)
+    # The flowing operator only: let the in-flight bound grow from `capacity` up to this
+    # while round trips stay flat, and shrink when they rise (pipelines.lookups.concurrency);
+    # null: `capacity` is fixed.
+    max_capacity: int | None = Field(default=None, ge=1)
     timeout: int = Field(default=2_000, ge=1)
     retries: int = Field(default=2, ge=0)
     backoff: int = 100
@@ -391,6 +395,15 @@ class EnrichmentSettings(Model):
     health_url: str | None = None
 
     _dur = duration_fields("timeout", "backoff", "batch_delay")
+
+    @model_validator(mode="after")
+    def _max_capacity_above_capacity(self) -> "EnrichmentSettings":
+        if self.max_capacity is not None and self.max_capacity < self.capacity:
+            raise ValueError(
+                f"max_capacity ({self.max_capacity}) is below capacity ({self.capacity}): "
+                "the in-flight bound adapts from capacity up to max_capacity"
+            )
+        return self
 
     def effective_batch_size(self) -> int:
         """A batch never holds more records than may be in flight at once."""

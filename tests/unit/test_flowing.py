@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from pipelines.lookups.concurrency import GradientLimit
 from pipelines.lookups.flowing import InFlight, LoopThread
 from pipelines.records.lines import split_lines
 
@@ -41,7 +42,7 @@ def out(elements) -> list[list[str]]:
 def completes(flight: InFlight, n: int) -> None:
     """Wait (generously) until `n` of the batches in flight have completed."""
     deadline = time.monotonic() + 30
-    while sum(f.done() for _, f in flight._batches) < n:
+    while sum(b[1].done() for b in flight._batches) < n:
         assert time.monotonic() < deadline, "batches did not complete"
         time.sleep(0.005)
 
@@ -133,3 +134,29 @@ def test_closing_the_loop_runs_the_last_call_cancels_the_rest_and_ends_the_threa
     assert closed.is_set() and cancelled.wait(5)
     assert not any(t.name == "closing-loop" for t in threading.enumerate())
     assert thread.loop.is_closed()
+
+
+def test_an_adaptive_bound_grows_while_round_trips_stay_flat_and_the_stage_waits_on_it(loop):
+    """50 ms batches fed as fast as the bound lets them in: a fixed bound of 2 keeps 2 in
+    flight; the adaptive one, from 2 up to 12, ends with more out at once."""
+
+    async def after(lines: list[str], delay_s: float) -> list[str]:
+        await asyncio.sleep(delay_s)
+        return lines
+
+    def most_in_flight(adapt: GradientLimit | None) -> int:
+        flight = InFlight(loop, limit=2, drain_timeout_s=30, ordered=False, adapt=adapt)
+        most, answered = 0, 0
+        for i in range(60):
+            metas, lines = batch(f"b{i}.")
+            flight.start(metas, after(lines, 0.05))
+            most = max(most, len(flight))
+            answered += len(out(flight.completed()))
+        answered += len(out(flight.drain()))
+        assert answered == 60  # every batch answered once, whatever the bound
+        return most
+
+    assert most_in_flight(None) == 3  # the limit, plus the one that waits for a place
+    adapt = GradientLimit(start=2, low=2, high=12)
+    assert most_in_flight(adapt) == 13
+    assert adapt.value == 12

@@ -101,6 +101,16 @@ def test_bad_duration_is_explained(tmp_path):
     assert "--set: checkpoint.interval: 'soon' is not a duration" in str(err.value)
 
 
+def test_a_max_capacity_below_capacity_is_refused_naming_both(tmp_path):
+    conf = _conf(tmp_path, BASE + "enrichment: {capacity: 8000, max_capacity: 4000}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    assert str(err.value) == (
+        f"{conf / 'base' / 'demo.yaml'}: enrichment: max_capacity (4000) is below capacity "
+        "(8000): the in-flight bound adapts from capacity up to max_capacity"
+    )
+
+
 def test_missing_job_config_lists_known_jobs(tmp_path):
     conf = _conf(tmp_path)
     with pytest.raises(ConfigError) as err:
