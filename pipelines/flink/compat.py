@@ -450,6 +450,16 @@ def split_lines(stream, keep_marked: bool):
     return python_stream(java_stream(stream).flatMap(split, Types.STRING().get_java_type_info()))
 
 
+def set_transaction_naming(builder, name: str):
+    """KafkaSinkBuilder.setTransactionNamingStrategy (connector 4.0+), which PyFlink 2.2's
+    builder does not wrap; `name` is the Java enum constant (INCREMENTING, POOLING)."""
+    from pyflink.java_gateway import get_gateway
+
+    strategies = get_gateway().jvm.org.apache.flink.connector.kafka.sink.TransactionNamingStrategy
+    builder._j_builder.setTransactionNamingStrategy(strategies.valueOf(name))
+    return builder
+
+
 def set_java_record_serializer(builder, j_serializer):
     """KafkaSinkBuilder.setRecordSerializer with a Java KafkaRecordSerializationSchema.
     PyFlink 2.2's set_record_serializer reads a `topicSelector` field that only the

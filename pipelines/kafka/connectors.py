@@ -9,7 +9,11 @@ recovery always uses the checkpoint.
 
 from __future__ import annotations
 
-from pipelines.flink.compat import set_java_record_serializer, set_record_deserializer
+from pipelines.flink.compat import (
+    set_java_record_serializer,
+    set_record_deserializer,
+    set_transaction_naming,
+)
 from pipelines.settings import (
     DeliveryGuarantee,
     OffsetReset,
@@ -154,6 +158,7 @@ def _sink_builder(settings: Settings, id_suffix: str):
     )
     if sink.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         builder.set_transactional_id_prefix(f"{sink.transactional_id_prefix}{id_suffix}")
+        set_transaction_naming(builder, sink.transaction_naming.name)
     for key, value in sink_properties(settings, id_suffix).items():
         builder.set_property(key, value)
     return builder

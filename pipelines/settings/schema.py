@@ -319,10 +319,20 @@ class DeliveryGuarantee(str, Enum):
     NONE = "none"
 
 
+class TransactionNaming(str, Enum):
+    # a new transactional id per checkpoint per subtask (the connector's default, its 3.x
+    # behaviour): the broker keeps each one's state for transactional.id.expiration.ms (7 days)
+    INCREMENTING = "incrementing"
+    # a bounded set of ids per subtask, reused: recovery lists open transactions on the broker
+    # (the ListTransactions API: DESCRIBE on the transactional ids where ACLs apply)
+    POOLING = "pooling"
+
+
 class SinkSettings(Model):
     topic: str
     delivery: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
     transactional_id_prefix: str | None = None
+    transaction_naming: TransactionNaming = TransactionNaming.INCREMENTING
     # Must exceed checkpoint interval + timeout and stay within the broker's
     # transaction.max.timeout.ms (900000 by default); Flink's own default (1 h) does not.
     transaction_timeout: int = 600_000

@@ -1,5 +1,11 @@
 package pipelines.flink;
 
+import java.util.List;
+import java.util.Optional;
+import org.apache.flink.connector.kafka.lineage.DefaultKafkaDatasetFacet;
+import org.apache.flink.connector.kafka.lineage.DefaultKafkaDatasetIdentifier;
+import org.apache.flink.connector.kafka.lineage.KafkaDatasetFacet;
+import org.apache.flink.connector.kafka.lineage.KafkaDatasetFacetProvider;
 import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
 import org.apache.flink.kafka.shaded.org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.flink.types.Row;
@@ -12,7 +18,8 @@ import org.apache.flink.types.Row;
  * JVM: no record crosses into Python, nothing is decoded, so the output is byte for byte the
  * input.
  */
-public final class RawRecordSerializer implements KafkaRecordSerializationSchema<Row> {
+public final class RawRecordSerializer
+        implements KafkaRecordSerializationSchema<Row>, KafkaDatasetFacetProvider {
     private static final long serialVersionUID = 1L;
 
     private final String topic;
@@ -33,5 +40,16 @@ public final class RawRecordSerializer implements KafkaRecordSerializationSchema
                 (byte[]) row.getField(4),
                 (byte[]) row.getField(5),
                 HeaderBytes.decode((byte[]) row.getField(6)));
+    }
+
+    /**
+     * The topic written, for the sink's lineage and for {@code sink.transaction_naming:
+     * pooling}: the connector's POOLING strategy lists the open transactions that wrote to
+     * the sink's topics on recovery, and refuses a serializer that does not name them.
+     */
+    @Override
+    public Optional<KafkaDatasetFacet> getKafkaDatasetFacet() {
+        return Optional.of(
+                new DefaultKafkaDatasetFacet(DefaultKafkaDatasetIdentifier.ofTopics(List.of(topic))));
     }
 }

@@ -2,6 +2,12 @@ package pipelines.flink;
 
 import java.nio.charset.StandardCharsets;
 import java.util.Base64;
+import java.util.List;
+import java.util.Optional;
+import org.apache.flink.connector.kafka.lineage.DefaultKafkaDatasetFacet;
+import org.apache.flink.connector.kafka.lineage.DefaultKafkaDatasetIdentifier;
+import org.apache.flink.connector.kafka.lineage.KafkaDatasetFacet;
+import org.apache.flink.connector.kafka.lineage.KafkaDatasetFacetProvider;
 import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
 import org.apache.flink.kafka.shaded.org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.flink.kafka.shaded.org.apache.kafka.common.header.Headers;
@@ -17,7 +23,8 @@ import org.apache.flink.kafka.shaded.org.apache.kafka.common.header.Headers;
  * {@code keyField}, the key is that JSON field instead (a string as it is, anything else as
  * its JSON); {@code carryHeaders}/{@code carryTimestamp} false drop those.
  */
-public final class RecordSerializer implements KafkaRecordSerializationSchema<String> {
+public final class RecordSerializer
+        implements KafkaRecordSerializationSchema<String>, KafkaDatasetFacetProvider {
     private static final long serialVersionUID = 1L;
     public static final char META = '\u0001';
 
@@ -68,5 +75,16 @@ public final class RecordSerializer implements KafkaRecordSerializationSchema<St
                 key,
                 json.getBytes(StandardCharsets.UTF_8),
                 headers);
+    }
+
+    /**
+     * The topic written, for the sink's lineage and for {@code sink.transaction_naming:
+     * pooling}: the connector's POOLING strategy lists the open transactions that wrote to
+     * the sink's topics on recovery, and refuses a serializer that does not name them.
+     */
+    @Override
+    public Optional<KafkaDatasetFacet> getKafkaDatasetFacet() {
+        return Optional.of(
+                new DefaultKafkaDatasetFacet(DefaultKafkaDatasetIdentifier.ofTopics(List.of(topic))));
     }
 }
