@@ -7,9 +7,10 @@ and its record field (`company`). Replace it, not the stage, to call your own se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipelines.lookups import EnrichmentFailed, PermanentLookupError, TransientLookupError
+from pipelines.records.jsontext import dumps, loads
 
 if TYPE_CHECKING:
     import aiohttp
@@ -29,6 +30,17 @@ def http_error(status: int, url: str) -> EnrichmentFailed:
     return cls(f"HTTP {status} from {url}")
 
 
+_JSON = {"Content-Type": "application/json"}
+
+
+def _answer(body: bytes, url: str) -> Any:
+    """A 200 answer that is not JSON is the service failing, as a 5xx would be."""
+    try:
+        return loads(body)
+    except ValueError as exc:
+        raise TransientLookupError(f"not JSON from {url}: {exc}") from None
+
+
 class DemoHttpClient:
     """Looks up `record["company"]`; one pooled aiohttp session per event loop, created
     on first use (on the worker's loop, not where the client was built)."""
@@ -46,9 +58,9 @@ class DemoHttpClient:
     @classmethod
     def from_settings(cls, settings: Settings) -> DemoHttpClient:
         """From the `enrichment:` settings: url, health_url, and one connection per lookup
-        in flight (capacity)."""
+        in flight (capacity, or max_capacity where the stage's bound adapts)."""
         cfg = settings.enrichment
-        return cls(cfg.url, cfg.capacity, cfg.health_url)
+        return cls(cfg.url, cfg.max_capacity or cfg.capacity, cfg.health_url)
 
     async def _ensure(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -68,7 +80,7 @@ class DemoHttpClient:
             ) as resp:
                 if resp.status != 200:
                     raise http_error(resp.status, self.url)
-                return await resp.json()
+                return _answer(await resp.read(), self.url)
         except aiohttp.ClientError as exc:
             raise TransientLookupError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -78,10 +90,14 @@ class DemoHttpClient:
         session = await self._ensure()
         companies = [str(r[self.KEY_FIELD]) for r in records]
         try:
-            async with session.post(self.batch_url, json={"companies": companies}) as resp:
+            # The request and the answer through orjson (pipelines.records.jsontext), not
+            # aiohttp's `json`: at 5 ms the stage is bound by Python CPU, and the standard
+            # library's decoder of the answers took 11% of the GIL (make profile).
+            body = dumps({"companies": companies}).encode()
+            async with session.post(self.batch_url, data=body, headers=_JSON) as resp:
                 if resp.status != 200:
                     raise http_error(resp.status, self.batch_url)
-                results = (await resp.json())["results"]
+                results = _answer(await resp.read(), self.batch_url)["results"]
         except aiohttp.ClientError as exc:
             raise TransientLookupError(f"{type(exc).__name__}: {exc}") from exc
         return [

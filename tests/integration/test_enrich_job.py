@@ -61,6 +61,8 @@ def test_slow_enrichment_commits_offsets_on_every_checkpoint_and_resumes(
             "--set",
             "enrichment.capacity=5",
             "--set",
+            "enrichment.max_capacity=5",  # fixed: the report's small capacity, not adapted
+            "--set",
             "checkpoint.interval=2s",
         )
     )
@@ -151,6 +153,8 @@ def test_savepoint_resume_at_another_parallelism_is_exactly_once_with_bad_record
         enrichment_service,
         "--set",
         "enrichment.capacity=10",
+        "--set",
+        "enrichment.max_capacity=10",  # fixed: the stop must find records still to read
         "--set",
         "checkpoint.interval=1s",
     )

@@ -66,6 +66,8 @@ def job(kafka, names, enrichment_service, tmp_path):
         "--set",
         "enrichment.capacity=20",
         "--set",
+        "enrichment.max_capacity=20",  # fixed: the faults land while the job still reads
+        "--set",
         "source.bounded=true",
     ]
     enrichment_service.configure(latency_ms=20)
@@ -221,11 +223,13 @@ def test_thread_mode_enrichment_recovers_from_an_injected_failure_exactly_once(
     kafka, names, job, tmp_path
 ):
     """The enrich job with its Python stage inside the TaskManager's JVM (python.execution_mode:
-    thread, the flowing operator): batches of 20 with up to 10 in flight across batches,
-    drained before every 1 s checkpoint's barrier; a task failure mid-stream, a restart,
-    nothing lost or written twice."""
+    thread, the flowing operator): batches of 20 with 10 in flight across batches at first,
+    the bound adapting up to 100, drained before every 1 s checkpoint's barrier; a task
+    failure mid-stream (after 1,000 records, whatever the rate), a restart, nothing lost or
+    written twice."""
     thread = ["python.execution_mode=thread", "enrichment.operator=flowing",
-              "enrichment.batch_size=20", "enrichment.capacity=200"]  # fmt: skip
+              "enrichment.batch_size=20", "enrichment.capacity=200",
+              "enrichment.max_capacity=2000"]  # fmt: skip
     args = [*job, *(a for item in thread for a in ("--set", item))]
     # The failure line is not asked for, as in the parse's thread-mode test just above.
     recovers_from_an_injected_failure(

@@ -169,6 +169,8 @@ def stuck_enrichment(kafka, names, enrichment_service, tmp_path):
         "--set",
         "enrichment.capacity=5",
         "--set",
+        "enrichment.max_capacity=5",
+        "--set",
         "enrichment.timeout=2min",
         "--set",
         "enrichment.retries=0",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -248,3 +249,44 @@ def test_many_asks_once_for_the_batch_and_retries_only_what_failed(via):
     assert client.calls == [[0, 1, 2, 3, 4, 5], [3]]
     counts = enricher.stats.counts
     assert (counts["lookups"], counts["lookupFailures"], counts["retries"]) == (7, 1, 1)
+
+
+def test_an_answer_that_is_not_json_is_a_transient_failure_naming_the_url():
+    """A proxy's HTML page with status 200, say: retried, then the policy decides."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    requests = []
+
+    async def html(request):
+        requests.append(request.path)
+        return web.Response(text="<html>maintenance</html>", content_type="text/html")
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_get("/lookup", html)
+        app.router.add_post("/lookup/batch", html)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        cfg = EnrichmentSettings(
+            url=f"http://127.0.0.1:{server.port}",
+            coalesce=True,
+            retries=1,
+            backoff=1,
+            on_failure=OnFailure.MARK_MISSING,
+        )
+        enricher = _enricher(stage_client(DemoHttpClient(cfg.url, cfg.capacity), cfg), cfg)
+        try:
+            if VIA["mode"] == "many":
+                return await enricher.many([rec(1, "x")])
+            return [await enricher.one(rec(1, "x"))]
+        finally:
+            await enricher.client.close()
+            await server.close()
+
+    [(kind, out)] = [_decode(t) for t in asyncio.run(scenario())]
+    assert kind == "out" and out["enrichment"] is None
+    assert re.match(
+        r"not JSON from http://127\.0\.0\.1:\d+/lookup(/batch)?: ", out["enrichment_error"]
+    )
+    assert len(requests) == 2  # the first attempt and the retry
