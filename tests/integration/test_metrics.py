@@ -9,6 +9,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -108,7 +109,10 @@ def test_prometheus_reconciles_the_enrich_job_and_its_enrichment_alert_fires(
             return now if now["records_out"] + now["dead_letters"] == N else None
 
         counts_seen = _until("in = out + dead letters for all input", settled)
-        assert counts_seen == {"records_in": N, "records_out": N - BAD, "dead_letters": BAD}
+        expected = {"records_in": N, "records_out": N - BAD, "dead_letters": BAD}
+        if counts_seen != expected:  # say why records were dead-lettered, not only how many
+            reasons = Counter(json.loads(v)["error"] for v in read_all(kafka, names("dlq")))
+            raise AssertionError(f"{counts_seen} != {expected}; dead letters: {dict(reasons)}")
         reconciled = (
             f"pipelines:records_in:total{{{JOB}}} - "
             f"(pipelines:records_out:total{{{JOB}}} + pipelines:dead_letters:total{{{JOB}}})"
