@@ -43,6 +43,7 @@ from pathlib import Path
 from pipelines.flink.jobmanager import JobManager
 from pipelines_dev.containers import DockerError, docker
 from pipelines_dev.demo import demo_record
+from pipelines_dev.kafka_broker import listed_transactions
 from pipelines_dev.topics import create_topics, end_offsets, read_messages
 from pipelines_dev.topology import BUCKET, LIBRDKAFKA_QUIET, TASKMANAGERS, Topology
 
@@ -371,12 +372,11 @@ def open_transactions(ctx: Context) -> dict[str, int]:
     """Transactional id -> coordinator broker id, for the trial's sink transactions open
     now (Kafka's own kafka-transactions tool, as `pipelines-dev kafka transactions` runs it)."""
     proc = _run_cli("kafka", "transactions", "--job", ctx.job, *ctx.args, "list", timeout=120)
-    found = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[0].startswith(ctx.names["tx"]) and parts[3] == "Ongoing":
-            found[parts[0]] = int(parts[1])
-    return found
+    return {
+        row.transactional_id: row.coordinator
+        for row in listed_transactions(proc.stdout)
+        if row.transactional_id.startswith(ctx.names["tx"]) and row.state == "Ongoing"
+    }
 
 
 def coordinator_kill(ctx: Context) -> None:

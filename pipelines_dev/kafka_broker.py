@@ -540,3 +540,24 @@ def _wait_port_free(port: int, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and not port_free(port):
         time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class ListedTransaction:
+    """One row of `kafka-transactions list` (`Broker.transactions(["list"])`)."""
+
+    transactional_id: str
+    coordinator: int  # the broker id whose transaction log partition holds it
+    producer_id: int
+    state: str  # Ongoing, CompleteCommit, CompleteAbort, Empty, ...
+
+
+def listed_transactions(output: str) -> list[ListedTransaction]:
+    """The rows of `kafka-transactions list` output: its header and any line that is not a
+    row (a warning the tool printed) are skipped."""
+    rows = []
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
+            rows.append(ListedTransaction(parts[0], int(parts[1]), int(parts[2]), parts[3]))
+    return rows

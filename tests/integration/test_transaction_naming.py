@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from pipelines_dev.demo import demo_values
+from pipelines_dev.kafka_broker import listed_transactions
 from pipelines_dev.topics import create_topics, produce, read_all
 from tests.integration.helpers import RunningJob
 from tests.support import committed_count, topic_args, wait_until
@@ -30,7 +31,8 @@ def transactional_ids(kafka: str, prefix: str) -> set[str]:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {line.split()[0] for line in proc.stdout.splitlines() if line.startswith(prefix)}
+    ids = {row.transactional_id for row in listed_transactions(proc.stdout)}
+    return {tid for tid in ids if tid.startswith(prefix)}
 
 
 def test_pooling_reuses_a_few_transactional_ids_where_incrementing_takes_one_per_checkpoint(
