@@ -37,7 +37,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.limits import case_limits, default_capacity, service_max
-from pipelines.running.processes import ProcessGroups, descendants, resident_bytes
+from pipelines.running.processes import (
+    ProcessGroups,
+    command_lines,
+    descendants,
+    resident_bytes,
+)
 from pipelines_dev.enrichment_service import Service
 from pipelines_dev.kafka_broker import Broker
 from pipelines_dev.ports import free_ports
@@ -262,7 +267,66 @@ SCALING_CASES = {"copy-json", "enrich-50ms"}
 SCALED = ["--set", "job.parallelism=2"]
 
 
-def systems_for(case: Case, tuned: bool) -> list[str]:
+# The job on a standalone cluster of two TaskManagers with one slot each, at parallelism 2,
+# submitted with `pipelines-dev submit --stop-on-exit` (Ctrl-C stops it with a savepoint).
+# Each TaskManager runs its Python stage in an interpreter of its own, so the two subtasks
+# do not share a GIL as project-p2's do in one local run: the shape Bytewax's best enrich
+# setting has (3 worker processes). Its RSS counts the cluster's JVMs too. Only with
+# --cluster: on this machine's 2 cores it ran at one local run's rate with 4x its memory
+# (bench/results/compare-cluster-p2.txt), so the full table leaves it out.
+CLUSTER_SYSTEMS = {
+    "project-cluster-p2": SCALED,
+    "project-cluster-p2-alo": SCALED + AT_LEAST_ONCE_JOB,
+}
+CLUSTER_CASES = {"copy-json", "enrich-5ms", "enrich-50ms"}
+
+
+class TwoTaskManagers:
+    """The cluster the project-cluster-* systems run on: started once when a selected case
+    has one of them (`up`), on free ports and a state directory of its own, ended by
+    `down` on every path."""
+
+    def __init__(self) -> None:
+        from pipelines_dev.flink_cluster import Cluster
+
+        rest, rpc = free_ports(1), free_ports(1)
+        self.cluster = Cluster(
+            state_dir=Path(tempfile.mkdtemp(prefix="bench-cluster-")),
+            rest_port=rest,
+            rpc_port=rpc,
+            slots=1,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.cluster.rest_port}"
+
+    def up(self) -> None:
+        self.cluster.up()
+        self.cluster.start_taskmanager()
+        deadline = time.monotonic() + 120
+        while (self.cluster.overview() or {}).get("taskmanagers", 0) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the bench cluster has no second TaskManager after 120 s")
+            time.sleep(0.5)
+
+    def rss_mb(self) -> float:
+        """Resident memory of the cluster's daemons and the processes below them, in MB."""
+        conf = str(self.cluster.conf_dir)
+        pids = {p for pid, cmd in command_lines().items() if conf in cmd for p in descendants(pid)}
+        return sum(resident_bytes(pid) or 0 for pid in pids) / 1e6
+
+    def down(self) -> None:
+        try:
+            self.cluster.down()
+        finally:
+            shutil.rmtree(self.cluster.state_dir, ignore_errors=True)
+
+
+CLUSTER: TwoTaskManagers | None = None  # set by main while the cluster runs
+
+
+def systems_for(case: Case, tuned: bool, cluster: bool = False) -> list[str]:
     names = ["project"]
     if tuned:
         names.append("project-alo")
@@ -278,6 +342,8 @@ def systems_for(case: Case, tuned: bool) -> list[str]:
         # Two tasks in one TaskManager share its interpreter's GIL in thread mode (project-p2),
         # not in process mode.
         names.append("project-process-p2")
+    if cluster and case.name in CLUSTER_CASES:
+        names += list(CLUSTER_SYSTEMS)
     if case.name in BEAM_CASES:
         names.append("beam")
     names.append("quix")
@@ -308,6 +374,16 @@ def system_command(
         )
     if system == "beam":
         return beam_command(case, tag, source, bootstrap, service_url)
+    if system in CLUSTER_SYSTEMS:
+        if CLUSTER is None:
+            raise RuntimeError(f"{system} needs the bench cluster up (TwoTaskManagers)")
+        args = project_command(
+            case, tag, source, bootstrap, service_url, CLUSTER_SYSTEMS[system], interval_s
+        )
+        at = args.index("run")
+        # submit runs the preflight the local runs skip: its checks are on the client only
+        args[at - 1 : at + 3] = ["pipelines_dev.commands", "submit", args[at + 1]]
+        return args + ["--stop-on-exit", "--jobmanager", CLUSTER.address]
     extra = {
         "project-tuned": TUNED[case.kind],
         "project-p2": SCALED,
@@ -485,7 +561,8 @@ def measure(
                 times = observer.times
                 since_first = time.monotonic() - times[0] if times else None
                 if 0.1 <= progress(case, len(times), since_first) <= 0.9:
-                    rss.append(tree_rss_mb(proc.pid))
+                    on_cluster = CLUSTER.rss_mb() if CLUSTER and system in CLUSTER_SYSTEMS else 0
+                    rss.append(tree_rss_mb(proc.pid) + on_cluster)
                 if case.budget_s is not None and (since_first or 0) > case.budget_s:
                     cut = not observer.done.is_set()
                     break
@@ -828,6 +905,13 @@ def main(argv: list[str] | None = None) -> None:
         help="settings for the project-tuned runs instead of the committed ones (repeatable): "
         "try a setting side by side with the defaults",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also the job on a standalone cluster of two one-slot TaskManagers at "
+        "parallelism 2 (project-cluster-p2, -alo): not in the full table, where it measured "
+        "no faster than one local run (bench/results/compare-cluster-p2.txt)",
+    )
     parser.add_argument("--cases", help="comma-separated case names to run")
     parser.add_argument("--systems", help="comma-separated systems to run")
     parser.add_argument(
@@ -854,8 +938,15 @@ def main(argv: list[str] | None = None) -> None:
     inputs: dict[str, str] = {}
     services: dict[str, float | None] = {}
     service_notes: dict[str, str] = {}
+    global CLUSTER
+    wanted = {s for c in selected for s in systems_for(c, not args.quick, args.cluster)}
+    if args.systems:
+        wanted &= set(args.systems.split(","))
     with broker_and_service() as (broker, service):
         try:
+            if wanted & set(CLUSTER_SYSTEMS):
+                CLUSTER = TwoTaskManagers()
+                CLUSTER.up()
             for case in selected:
                 inputs[case.name] = fill_input(case, broker.bootstrap)
             for case in selected:
@@ -871,7 +962,7 @@ def main(argv: list[str] | None = None) -> None:
             for rep in range(1, args.reps + 1):
                 for case in selected:
                     service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
-                    order = systems_for(case, tuned=not args.quick)
+                    order = systems_for(case, not args.quick, args.cluster)
                     if args.systems:
                         order = [s for s in order if s in args.systems.split(",")]
                     for system in order if rep % 2 else order[::-1]:
@@ -895,6 +986,9 @@ def main(argv: list[str] | None = None) -> None:
                         )
         finally:
             delete_topics(broker.bootstrap, list(inputs.values()))
+            if CLUSTER is not None:
+                CLUSTER.down()
+                CLUSTER = None
     summaries = summarise(runs)
     limits = limits_of(summaries, selected, services)
     text = table(summaries, limits) + "\n\n" + limits_text(limits, service_notes)

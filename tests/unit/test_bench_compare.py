@@ -117,3 +117,25 @@ def test_thread_mode_is_measured_at_parallelism_2_where_the_process_mode_is():
         names = systems_for(Case(case, kind, 1000, 50), tuned=True)
         assert {"project-p2", "project-process-p2"} <= set(names)
     assert "project-process-p2" not in systems_for(Case("enrich-5ms", "enrich", 1000, 5), True)
+
+
+def test_the_two_taskmanager_cluster_rows_run_only_when_asked_and_submit_to_it(monkeypatch):
+    import bench.compare as compare
+
+    case = Case("enrich-5ms", "enrich", 1000, 5)
+    assert not set(compare.CLUSTER_SYSTEMS) & set(systems_for(case, tuned=True))
+    assert set(compare.CLUSTER_SYSTEMS) <= set(systems_for(case, True, cluster=True))
+    args = ("in", "127.0.0.1:9092", "http://127.0.0.1:8765", "/tmp/state")
+    with pytest.raises(RuntimeError, match="needs the bench cluster up"):
+        compare.system_command("project-cluster-p2", case, "tag", *args)
+
+    class Up:
+        address = "127.0.0.1:18081"
+
+    monkeypatch.setattr(compare, "CLUSTER", Up())
+    command = compare.system_command("project-cluster-p2-alo", case, "tag", *args)
+    assert command[1:5] == ["-m", "pipelines_dev.commands", "submit", "enrich"]
+    assert command[-3:] == ["--stop-on-exit", "--jobmanager", "127.0.0.1:18081"]
+    assert "run" not in command and "--skip-preflight" not in command
+    sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+    assert {"job.parallelism=2", "sink.delivery=at-least-once"} <= set(sets)
