@@ -33,6 +33,8 @@ from pathlib import Path
 import psutil
 
 GRACE_S = 5.0
+# A SIGKILLed group exits in milliseconds idle; a JVM on a busy machine takes longer.
+KILL_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,10 @@ def group_alive(pgid: int) -> bool:
 
 
 def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:
-    """SIGTERM each group, wait up to `grace_s` for it to empty, then SIGKILL what is left."""
+    """SIGTERM each group, wait up to `grace_s` for it to empty, then SIGKILL what is left
+    and wait (up to KILL_WAIT_S) until it has exited: SIGKILL is delivered, not waited for,
+    and a JVM takes a while to exit. Returning earlier let a caller find a killed Beam Java
+    service still running (a busy CI run, 2026-12-06)."""
     for pgid in pgids:
         try:
             os.killpg(pgid, signal.SIGTERM)
@@ -169,6 +174,9 @@ def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline and any(group_alive(g) for g in pgids):
+        time.sleep(0.05)
 
 
 class ProcessGroups:

@@ -185,3 +185,25 @@ def test_a_pid_file_still_names_its_process_after_the_clock_is_stepped(tmp_path,
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_group_that_needed_sigkill_has_exited_when_end_groups_returns(attempt, tmp_path):
+    """SIGKILL is delivered, not waited for: end_groups waits for the killed group to exit,
+    so its caller never finds a process of it still running."""
+    from pipelines.running.processes import end_groups
+
+    shell = "trap '' TERM; : > \"$0\"; while :; do sleep 0.01; done"
+    ready = [tmp_path / f"{i}.ready" for i in range(4)]
+    procs = [subprocess.Popen(["bash", "-c", shell, str(r)], start_new_session=True) for r in ready]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(r.exists() for r in ready):  # SIGTERM is ignored from here on
+            assert time.monotonic() < deadline, "the shells did not start within 60 s"
+            time.sleep(0.02)
+        end_groups([p.pid for p in procs], grace_s=0.2)
+        assert [p.poll() for p in procs] == [-signal.SIGKILL] * 4
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
