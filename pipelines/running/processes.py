@@ -346,7 +346,8 @@ class PidFile:
         if (started is not None and _stamp(now) != _stamp(started)) or not _mentions(
             pid, self.marker, exec_wait_s=2.0
         ):
-            self._stale(f"pid {pid} is another process now")
+            seen = command_line(pid)[:120] or "no command line readable"
+            self._stale(f"pid {pid} is another process now: {seen}")
             return None
         return pid
 
