@@ -289,11 +289,11 @@ class TwoTaskManagers:
     def __init__(self) -> None:
         from pipelines_dev.flink_cluster import Cluster
 
-        rest, rpc = free_ports(1), free_ports(1)
+        rest = free_ports(2)  # two adjacent free ports: two draws could pick one twice
         self.cluster = Cluster(
             state_dir=Path(tempfile.mkdtemp(prefix="bench-cluster-")),
             rest_port=rest,
-            rpc_port=rpc,
+            rpc_port=rest + 1,
             slots=1,
         )
 
@@ -939,9 +939,12 @@ def main(argv: list[str] | None = None) -> None:
     services: dict[str, float | None] = {}
     service_notes: dict[str, str] = {}
     global CLUSTER
-    wanted = {s for c in selected for s in systems_for(c, not args.quick, args.cluster)}
-    if args.systems:
-        wanted &= set(args.systems.split(","))
+
+    def systems_of(case: Case) -> list[str]:
+        order = systems_for(case, not args.quick, args.cluster)
+        return [s for s in order if s in args.systems.split(",")] if args.systems else order
+
+    wanted = {s for c in selected for s in systems_of(c)}
     with broker_and_service() as (broker, service):
         try:
             if wanted & set(CLUSTER_SYSTEMS):
@@ -962,9 +965,7 @@ def main(argv: list[str] | None = None) -> None:
             for rep in range(1, args.reps + 1):
                 for case in selected:
                     service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
-                    order = systems_for(case, not args.quick, args.cluster)
-                    if args.systems:
-                        order = [s for s in order if s in args.systems.split(",")]
+                    order = systems_of(case)
                     for system in order if rep % 2 else order[::-1]:
                         run = measure(
                             case,

@@ -166,15 +166,18 @@ def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:
             os.killpg(pgid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(group_alive(g) for g in pgids):
-        time.sleep(0.05)
+    _until_ended(pgids, grace_s)
     for pgid in pgids:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    deadline = time.monotonic() + KILL_WAIT_S
+    _until_ended(pgids, KILL_WAIT_S)
+
+
+def _until_ended(pgids: list[int], wait_s: float) -> None:
+    """Wait up to `wait_s` for every group of `pgids` to have no running process."""
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(group_alive(g) for g in pgids):
         time.sleep(0.05)
 
