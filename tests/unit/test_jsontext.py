@@ -108,3 +108,26 @@ def test_a_short_text_parsed_exactly_is_not_walked():
     assert jsontext.jvm_problem(deep, 508, True) is None
     assert jsontext.jvm_problem(deep, 509, True) is not None
     assert jsontext.jvm_problem(deep, 508, False) is not None
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"", False),
+        (b"1" * 18, False),
+        (b"1" * 19, True),
+        (b"x" + b"0123456789" * 2 + b"x", True),
+        (b"123456789.123456789", False),  # 9 + 9 digits, a dot between
+        (b'{"a":"' + b"9" * 18 + b'","b":1}', False),
+        (b'{"a":"' + b"9" * 18 + b'1"}', True),  # in a string counts too: text, not numbers
+    ],
+)
+def test_a_long_digit_run_is_19_digits_in_a_row_anywhere(data, expected):
+    assert jsontext.has_long_digit_run(data) is expected
+
+
+def test_a_nested_record_with_a_wide_integer_still_goes_to_the_standard_library():
+    data = b'{"a": {"b": [1.5, 12345678901234567890123]}}'
+    with pytest.raises(jsontext.DecodeError):
+        jsontext.loads_fast(data)
+    assert jsontext.loads(data) == {"a": {"b": [1.5, 12345678901234567890123]}}
