@@ -223,13 +223,25 @@ class RecordEnricher:
             results = [exc] * len(records)
         outs: list[str] = [""] * len(records)
         failed = []
+        # _finish's work inline for the common answer (no timing trace): about 0.5 us a
+        # record less, on the loop whose turns the task thread's parse waits for.
+        finish = self._finish if self.cfg.trace_timing else None
+        limit = self.max_record_bytes - DEAD_LETTER_OVERHEAD
+        dumps = jsontext.dumps
         for i, (record, result) in enumerate(zip(records, results)):
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):  # not a lookup's failure: not ours
+                    raise result
                 failed.append(i)
-            elif isinstance(result, BaseException):  # not a lookup's failure: not ours to catch
-                raise result
-            else:
-                outs[i] = self._finish(record, {**record, "enrichment": result})
+                continue
+            out = {**record, "enrichment": result}
+            if finish is not None:
+                outs[i] = finish(record, out)
+                continue
+            text = dumps(out)
+            outs[i] = text if len(text) <= limit else self._too_large(record, len(text))
+        if len(failed) < len(records):
+            self.budget.ok()
         if failed:
             retried = await asyncio.gather(*(self.one(records[i], results[i]) for i in failed))
             for i, text in zip(failed, retried):
@@ -244,12 +256,15 @@ class RecordEnricher:
             out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
         text = jsontext.dumps(out)
         if len(text) > self.max_record_bytes - DEAD_LETTER_OVERHEAD:
-            return self._dead(
-                record,
-                f"the enriched record ({len(text)} bytes) is over what "
-                f"the sink may write ({self.max_record_bytes} bytes)",
-            )
+            return self._too_large(record, len(text))
         return text
+
+    def _too_large(self, record: dict, size: int) -> str:
+        return self._dead(
+            record,
+            f"the enriched record ({size} bytes) is over what "
+            f"the sink may write ({self.max_record_bytes} bytes)",
+        )
 
     def _failure(self, exc: Exception) -> tuple[bool, str]:
         """(permanent, reason) of a failed attempt; a bug or an unforeseen record shape
