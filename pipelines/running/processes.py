@@ -281,6 +281,11 @@ def start_identity(pid: int) -> float | None:
         return None
 
 
+# How long a process whose command line and environment are empty (inside execve) is looked
+# at again before that is taken as an answer.
+EXEC_WAIT_S = 2.0
+
+
 def _mentions(pid: int, marker: bytes, exec_wait_s: float = 0.0) -> bool:
     """Whether `marker` is in the process's command line or environment (a Flink daemon's
     FLINK_CONF_DIR, inherited by the Python workers it starts).
@@ -346,13 +351,17 @@ class PidFile:
         if now is None:
             self._stale(f"pid {pid} is not running")
             return None
-        if (started is not None and _stamp(now) != _stamp(started)) or not _mentions(
-            pid, self.marker, exec_wait_s=2.0
-        ):
-            seen = command_line(pid)[:120] or "no command line readable"
-            self._stale(f"pid {pid} is another process now: {seen}")
+        if started is not None and _stamp(now) != _stamp(started):
+            self._stale(f"pid {pid} is another process now: {_seen(pid)}")
             return None
-        return pid
+        if _mentions(pid, self.marker, exec_wait_s=EXEC_WAIT_S):
+            return pid
+        if started is not None and not command_line(pid) and not environment(pid):
+            # Its own start time and nothing readable: still inside execve, for longer than
+            # the wait (a busy CI machine once). The start time names it; it is the process.
+            return pid
+        self._stale(f"pid {pid} is another process now: {_seen(pid)}")
+        return None
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -365,6 +374,10 @@ class PidFile:
         )
         self.remove()
         return None
+
+
+def _seen(pid: int) -> str:
+    return command_line(pid)[:120] or "no command line readable"
 
 
 def _stamp(started: float) -> str:

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from pipelines.running import processes
 from pipelines.running.processes import PidFile, start_identity, wait_started
 from pipelines_dev.enrichment_service import Service
 from pipelines_dev.flink_cluster import Cluster
@@ -84,6 +85,23 @@ def test_a_process_read_the_moment_it_started_is_the_one_that_wrote_the_file(tmp
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_a_process_still_inside_execve_is_the_one_its_start_time_names(
+    tmp_path, bystander, monkeypatch
+):
+    # The busy CI once saw the window above outlast its 2 s wait. Held open here: nothing of
+    # the process readable, as inside execve. Its recorded start time still names it.
+    monkeypatch.setattr(processes, "command_line", lambda pid: "")
+    monkeypatch.setattr(processes, "environment", lambda pid: {})
+    monkeypatch.setattr(processes, "EXEC_WAIT_S", 0.1)
+    pid_file = PidFile(tmp_path / "x.pid", "enrichment_service", "test")
+    pid_file.write(bystander.pid)
+    assert pid_file.live() == bystander.pid
+    # Without a start time (a file of the old format) nothing names it: stale, not signalled.
+    pid_file.path.write_text(f"{bystander.pid}\n")
+    assert pid_file.live() is None
+    assert not pid_file.path.exists()
 
 
 def test_cluster_groups_are_ended_only_when_they_are_still_the_clusters(tmp_path, bystander):
