@@ -354,7 +354,7 @@ class RowParser:
         required field present and of a plain type), exactly as parse_value would return
         it; None for anything else, which parse_value then decides and explains. Most
         records take this path: one call and a few type checks, where parse_value makes
-        four calls (about 0.5 us a record less on this machine, of 4)."""
+        four (the enrich stage's parse 4.1 -> 3.0 us a record: bench.python_path)."""
         required = self.quick_required
         if required is None or type(value) is not bytes:
             return None
