@@ -32,8 +32,12 @@ def dumps(obj) -> str:
 # record on the lookups' loop), this takes 0.05.
 _DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_DIGIT_RUN = b"0" * 19
-_NOT_FLAT = (float, dict, list)
-_NOT_FLAT_TYPES = frozenset(_NOT_FLAT)
+_NOT_FLAT = frozenset((float, dict, list))
+
+
+def _flat(value) -> bool:
+    """An object whose values are neither floats nor objects nor arrays."""
+    return type(value) is dict and _NOT_FLAT.isdisjoint(map(type, value.values()))
 
 
 def has_long_digit_run(data: bytes) -> bool:
@@ -45,12 +49,8 @@ def loads_fast(data: bytes):
     """orjson.loads: raises DecodeError for anything it does not take exactly (the caller
     then asks the standard library, which gives the reason)."""
     value = orjson.loads(data)
-    if type(value) is dict:
-        for item in value.values():
-            if type(item) in _NOT_FLAT:
-                break
-        else:
-            return value  # a flat record without floats: nothing was widened
+    if _flat(value):
+        return value  # a flat record without floats: nothing was widened
     if has_long_digit_run(data):
         raise DecodeError("long digit run: left to the standard library", "", 0)
     return value
@@ -67,9 +67,7 @@ def loads_flat(data: bytes) -> dict | None:
         value = orjson.loads(data)
     except DecodeError:
         return None
-    if type(value) is not dict or not _NOT_FLAT_TYPES.isdisjoint(map(type, value.values())):
-        return None
-    return value
+    return value if _flat(value) else None
 
 
 def loads(text: str | bytes):

@@ -352,15 +352,16 @@ class PidFile:
             self._stale(f"pid {pid} is not running")
             return None
         if started is not None and _stamp(now) != _stamp(started):
-            self._stale(f"pid {pid} is another process now: {_seen(pid)}")
+            self._stale(f"pid {pid} is another process now: {_shown(command_line(pid))}")
             return None
         if _mentions(pid, self.marker, exec_wait_s=EXEC_WAIT_S):
             return pid
-        if started is not None and not command_line(pid) and not environment(pid):
+        seen = command_line(pid)
+        if started is not None and not seen and not environment(pid):
             # Its own start time and nothing readable: still inside execve, for longer than
             # the wait (a busy CI machine once). The start time names it; it is the process.
             return pid
-        self._stale(f"pid {pid} is another process now: {_seen(pid)}")
+        self._stale(f"pid {pid} is another process now: {_shown(seen)}")
         return None
 
     def remove(self) -> None:
@@ -376,8 +377,8 @@ class PidFile:
         return None
 
 
-def _seen(pid: int) -> str:
-    return command_line(pid)[:120] or "no command line readable"
+def _shown(line: str) -> str:
+    return line[:120] or "no command line readable"
 
 
 def _stamp(started: float) -> str:
