@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.compare import (
@@ -46,12 +46,14 @@ from bench.compare import (
     launched,
     system_command,
 )
+from pipelines.running.processes import cpu_seconds, descendants
 from pipelines_dev.topics import client_conf, create_topics, delete_topics
 
 CASES = [Case("copy-json", "copy-json", 0), Case("enrich-50ms", "enrich", 0, 50)]
 LOADS = (0.5, 0.9)
 INTERVALS = (1.0, 5.0, 10.0)
 SYSTEMS = ("project", "quix")
+SLICE_S = 5.0
 BLOCK = ("<!-- bench:latency -->\n```\n", "```\n<!-- /bench:latency -->")
 COMPANIES = [b"acme", b"globex", b"initech", b"umbrella", b"hooli", b"stark", b"wayne", b"tyrell"]
 # The bench's ~150-byte record, with the time it was produced (seconds since the epoch).
@@ -75,6 +77,12 @@ class Point:
     p99_s: float | None
     max_s: float | None
     error: str = ""
+    # p99 of each SLICE_S of load in production order, warm-up included: a backlog left by
+    # the warm-up drains (falls), a rate the job does not hold climbs to the end
+    slices_p99: list[float | None] = field(default_factory=list)
+    # CPU over the paced load, in cores: the job (its process tree), the broker, and this
+    # process (the load generator and the observer), which share the machine's cores
+    cores: dict[str, float] = field(default_factory=dict)
 
 
 def summary(latencies: list[float], measured: int) -> tuple[float | None, ...]:
@@ -89,6 +97,41 @@ def summary(latencies: list[float], measured: int) -> tuple[float | None, ...]:
         return ordered[int(rank) - 1] if rank <= len(ordered) else None
 
     return at(50), at(99), ordered[-1] if len(ordered) == measured else None
+
+
+def slices(latency: dict[int, float], first: int, last: int, per_slice: int) -> list[float | None]:
+    """The p99 of each run of `per_slice` ids in [first, last), by `summary`'s rule."""
+    out = []
+    for start in range(first, last, max(1, per_slice)):
+        end = min(last, start + max(1, per_slice))
+        seen = [latency[i] for i in range(start, end) if i in latency]
+        out.append(summary(seen, end - start)[1])
+    return out
+
+
+class CpuMeter:
+    """CPU seconds of groups of processes between `start` and `stop`, as cores."""
+
+    def __init__(self, groups: dict[str, set[int]]):
+        self.groups = groups
+        self.before: dict[int, float | None] = {}
+        self.started = 0.0
+
+    def start(self) -> None:
+        self.before = {pid: cpu_seconds(pid) for pids in self.groups.values() for pid in pids}
+        self.started = time.monotonic()
+
+    def stop(self) -> dict[str, float]:
+        elapsed = max(time.monotonic() - self.started, 1e-3)
+        cores = {}
+        for name, pids in self.groups.items():
+            used = 0.0
+            for pid in pids:
+                before, after = self.before.get(pid), cpu_seconds(pid)
+                if before is not None and after is not None:
+                    used += after - before
+            cores[name] = round(used / elapsed, 2)
+        return cores
 
 
 class PacedProducer(threading.Thread):
@@ -216,6 +259,7 @@ def run_point(
     service_url: str,
     warmup_s: float,
     measure_s: float,
+    broker_pid: int | None = None,
 ) -> Point:
     """One system at one rate and interval: started, primed, loaded, measured, stopped."""
     tag = f"latency-{case.name}-{system}-{uuid.uuid4().hex[:6]}"
@@ -253,8 +297,17 @@ def run_point(
                 producer = PacedProducer(
                     bootstrap, source, rate, warmup_s + measure_s + tail_s, primer
                 )
+                meter = CpuMeter(
+                    {
+                        "job": descendants(proc.pid),
+                        "broker": {broker_pid} if broker_pid else set(),
+                        "generator+observer": {os.getpid()},
+                    }
+                )
+                meter.start()
                 producer.start()
                 producer.join(warmup_s + measure_s + tail_s + 120)
+                point.cores = meter.stop()
                 point.produced_rate = producer.sent / max(producer.elapsed, 1e-3)
                 # everything measured visible, or a deadline well past the interval
                 wait_for(
@@ -272,6 +325,7 @@ def run_point(
         delete_topics(bootstrap, topics)
     latencies = [observer.latency[i] for i in range(first, last) if i in observer.latency]
     point.seen = len(latencies)
+    point.slices_p99 = slices(observer.latency, primer, last, int(rate * SLICE_S))
     point.p50_s, point.p99_s, point.max_s = summary(latencies, point.measured)
     if point.seen < point.measured and not point.error:
         point.error = f"fell behind: {point.seen:,} of {point.measured:,} visible in time"
@@ -311,6 +365,16 @@ def table(points: list[Point]) -> str:
         "p99 ok: at 50% load, p99 <= checkpoint interval + 1 s (the target); `made/s`: "
         "the rate the load generator reached"
     )
+    detailed = [p for p in points if p.slices_p99 or p.cores]
+    if detailed:
+        lines += ["", f"p99 of each {SLICE_S:g} s of load (warm-up first), and CPU in cores:"]
+    for p in detailed:
+        trend = " ".join(_cell(x, ".2f", 0).strip() for x in p.slices_p99)
+        cores = ", ".join(f"{name} {used:.2f}" for name, used in p.cores.items())
+        lines.append(
+            f"{p.case} {p.system} {p.load:.0%} {p.interval_s:g} s: {trend or '-'}"
+            + (f"; {cores}" if cores else "")
+        )
     return "\n".join(lines)
 
 
@@ -398,6 +462,7 @@ def main(argv: list[str] | None = None) -> None:
                             service.url,
                             args.warmup,
                             args.measure,
+                            broker.pid(),
                         )
                         points.append(point)
                         print(table([point]).splitlines()[2], flush=True)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench.latency import Point, max_rates, summary, table
+from bench.latency import Point, max_rates, slices, summary, table
 
 pytestmark = pytest.mark.unit
 
@@ -49,3 +49,21 @@ def test_maximum_rates_are_the_projects_medians_unless_given(tmp_path):
     assert max_rates(results, []) == {"copy-json": 75.0}
     assert max_rates(results, ["enrich-50ms=30000"]) == {"copy-json": 75.0, "enrich-50ms": 30000.0}
     assert max_rates(tmp_path / "none.json", []) == {}
+
+
+def test_slices_give_each_spans_p99_so_a_backlog_shows_its_shape():
+    # 3 slices of 100 ids: the first slow (a warm-up backlog), the last with 2 never seen
+    latency = {i: 5.0 if i < 100 else 0.5 for i in range(300) if i not in (298, 299)}
+    latency[150], latency[240] = 3.0, 2.0
+    assert slices(latency, 0, 300, 100) == [5.0, 0.5, None]  # 1 in 100 slow is not its p99
+    assert slices(latency, 100, 250, 100) == [0.5, 2.0]  # the short last slice: 1 in 50 is
+
+
+def test_the_detail_lines_give_the_trend_and_the_cores():
+    point = Point("copy-json", "project", 0.5, 1.0, 1000.0, 990.0, 100, 100, 0.6, 1.2, 1.5)
+    point.slices_p99, point.cores = [4.0, 1.1, None], {"job": 1.25, "broker": 0.3}
+    assert table([point]).splitlines()[-1] == (
+        "copy-json project 50% 1 s: 4.00 1.10 -; job 1.25, broker 0.30"
+    )
+    bare = Point("copy-json", "project", 0.5, 1.0, 1000.0, 990.0, 100, 100, 0.6, 1.2, 1.5)
+    assert "CPU in cores" not in table([bare])
