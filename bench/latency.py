@@ -457,8 +457,9 @@ def main(argv: list[str] | None = None) -> None:
         warm = selected[0]
         service.configure(latency_ms=warm.latency_ms, failure_rate=0.0, down=False)
         print(f"warming the broker with {warm.name} on the project (not recorded)", flush=True)
-        run_point(warm, "project", loads[0], intervals[0], rates[warm.name] * loads[0],
-                  broker.bootstrap, service.url, args.warmup, 5.0, broker.pid())  # fmt: skip
+        warmed = run_point(warm, "project", loads[0], intervals[0], rates[warm.name] * loads[0],
+                           broker.bootstrap, service.url, args.warmup, 5.0, broker.pid())  # fmt: skip
+        print(f"{table([warmed]).splitlines()[2]}  (warm-up, not recorded)", flush=True)
         for case in selected:
             service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
             for interval in intervals:
