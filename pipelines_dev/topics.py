@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipelines.kafka.clients import admin_client
+from pipelines.kafka.clients import admin_client, quiet_logger
 
 _COORDINATOR_NOT_READY = {
     KafkaError.NOT_COORDINATOR,
@@ -38,9 +38,12 @@ class ReadError(Exception):
 
 
 def client_conf(broker: Broker, **extra) -> dict:
-    """A librdkafka config for `broker`, with `extra` on top."""
+    """A librdkafka config for `broker`, with `extra` on top. librdkafka's own log lines
+    go to a logger that drops them: they reached stderr raw ("%4|...|GETPID|... Coordinator
+    load in progress: retrying", a busy CI), where a command promises one line per error;
+    what fails is reported from delivery reports and exceptions instead."""
     base = {"bootstrap.servers": broker} if isinstance(broker, str) else dict(broker)
-    return {**base, **extra}
+    return {"logger": quiet_logger(), **base, **extra}
 
 
 def admin(broker: Broker) -> AdminClient:

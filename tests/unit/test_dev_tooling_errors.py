@@ -113,3 +113,21 @@ def test_runs_side_by_side_share_the_port_range_without_overlap(monkeypatch):
     (low0, high0), (low1, high1) = ranges
     assert LOW == low0 < high0 < low1 < high1 <= HIGH
     assert high1 - low1 == high0 - low0 >= 5000
+
+
+def test_the_dev_kafka_clients_keep_librdkafkas_log_lines_off_stderr(capfd):
+    """A command's errors are one line each: librdkafka's own log lines (here "Connect to
+    ... failed: Connection refused", logged while it retries) must not reach stderr."""
+    from confluent_kafka import Producer
+
+    from pipelines_dev.topics import client_conf
+
+    port = free_ports()  # nothing listens there
+    producer = Producer(client_conf(f"127.0.0.1:{port}", **{"reconnect.backoff.ms": 50}))
+    producer.produce("t", b"x")
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        producer.poll(0.1)
+    producer.purge()
+    producer.flush(1)
+    assert capfd.readouterr().err == ""
