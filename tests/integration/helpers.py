@@ -55,10 +55,12 @@ class RunningJob(Started):
         return 0, 0
 
     def rest(self, path: str = "") -> dict:
-        """A document of the job's REST API (the CLI prints the address): /jobs/<id><path>."""
+        """A document of the job's REST API (the CLI prints the address): /jobs/<id><path>.
+        30 s for the answer: with 5, a loaded machine's (load average 22) timed out inside
+        a wait that had minutes left, and the socket error ended the test."""
         match = self.wait_for(r"as ([0-9a-f]{32}) \(REST/UI at (http://[0-9.:]+)\)", 60)
         job_id, url = match.group(1), match.group(2)
-        with urllib.request.urlopen(f"{url}/jobs/{job_id}{path}", timeout=5) as resp:
+        with urllib.request.urlopen(f"{url}/jobs/{job_id}{path}", timeout=30) as resp:
             return json.load(resp)
 
     def checkpoint_stats(self) -> dict:
