@@ -40,6 +40,7 @@ from bench.limits import case_limits, default_capacity, service_max
 from pipelines.running.processes import (
     ProcessGroups,
     command_lines,
+    cpu_seconds,
     descendants,
     resident_bytes,
 )
@@ -630,6 +631,32 @@ def figures(
     if seen > distinct:
         error = (error + "; " if error else "") + f"{seen - distinct} duplicates"
     return rate, startup, e2e, error
+
+
+class CpuMeter:
+    """CPU seconds of groups of processes between `start` and `stop`, as cores. A process
+    gone before `stop` (or not readable) counts for nothing rather than failing the point."""
+
+    def __init__(self, groups: dict[str, set[int]]):
+        self.groups = groups
+        self.before: dict[int, float | None] = {}
+        self.started = 0.0
+
+    def start(self) -> None:
+        self.before = {pid: cpu_seconds(pid) for pids in self.groups.values() for pid in pids}
+        self.started = time.monotonic()
+
+    def stop(self) -> dict[str, float]:
+        elapsed = max(time.monotonic() - self.started, 1e-3)
+        cores = {}
+        for name, pids in self.groups.items():
+            used = 0.0
+            for pid in pids:
+                before, after = self.before.get(pid), cpu_seconds(pid)
+                if before is not None and after is not None:
+                    used += after - before
+            cores[name] = used / elapsed
+        return cores
 
 
 def tree_rss_mb(pid: int) -> float:

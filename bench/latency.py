@@ -47,13 +47,14 @@ from bench.compare import (
     QUIX_WINDOW,
     RESULTS,
     Case,
+    CpuMeter,
     _cell,
     broker_and_service,
     copy_to_page,
     launched,
     system_command,
 )
-from pipelines.running.processes import cpu_seconds, descendants
+from pipelines.running.processes import descendants
 from pipelines_dev.topics import client_conf, create_topics, delete_topics
 
 CASES = [Case("copy-json", "copy-json", 0), Case("enrich-50ms", "enrich", 0, 50)]
@@ -114,31 +115,6 @@ def slices(latency: dict[int, float], first: int, last: int, per_slice: int) -> 
         seen = [latency[i] for i in range(start, end) if i in latency]
         out.append(summary(seen, end - start)[1])
     return out
-
-
-class CpuMeter:
-    """CPU seconds of groups of processes between `start` and `stop`, as cores."""
-
-    def __init__(self, groups: dict[str, set[int]]):
-        self.groups = groups
-        self.before: dict[int, float | None] = {}
-        self.started = 0.0
-
-    def start(self) -> None:
-        self.before = {pid: cpu_seconds(pid) for pids in self.groups.values() for pid in pids}
-        self.started = time.monotonic()
-
-    def stop(self) -> dict[str, float]:
-        elapsed = max(time.monotonic() - self.started, 1e-3)
-        cores = {}
-        for name, pids in self.groups.items():
-            used = 0.0
-            for pid in pids:
-                before, after = self.before.get(pid), cpu_seconds(pid)
-                if before is not None and after is not None:
-                    used += after - before
-            cores[name] = round(used / elapsed, 2)
-        return cores
 
 
 class PacedProducer(threading.Thread):
@@ -314,7 +290,7 @@ def run_point(
                 meter.start()
                 producer.start()
                 producer.join(warmup_s + measure_s + tail_s + 120)
-                point.cores = meter.stop()
+                point.cores = {name: round(c, 2) for name, c in meter.stop().items()}
                 point.produced_rate = producer.sent / max(producer.elapsed, 1e-3)
                 # everything measured visible, or a deadline well past the interval
                 wait_for(

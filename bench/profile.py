@@ -33,6 +33,7 @@ from pathlib import Path
 
 from bench.compare import (
     RESULTS,
+    CpuMeter,
     Observer,
     broker_and_service,
     cases,
@@ -41,7 +42,7 @@ from bench.compare import (
     measure,
     use_tuning,
 )
-from pipelines.running.processes import ProcessGroups, cpu_seconds, descendants, program_name
+from pipelines.running.processes import ProcessGroups, descendants, program_name
 from pipelines.settings import ExecutionMode, load_settings
 from pipelines_dev.topics import delete_topics
 
@@ -101,7 +102,11 @@ class Sampler:
                     labels[pid] = "Flink JVM with the Python stage"
                     spied = pid
         labels.update({pid: name for name, pid in self.others.items() if pid})
-        before = {pid: cpu_seconds(pid) for pid in labels}
+        groups: dict[str, set[int]] = {}
+        for pid, label in labels.items():  # two processes of one kind add up, not overwrite
+            groups.setdefault(label, set()).add(pid)
+        meter = CpuMeter(groups)
+        meter.start()
         seen_before, started = len(observer.times), time.monotonic()
         owner = ProcessGroups()
         spy = owner.popen(
@@ -116,13 +121,8 @@ class Sampler:
         finally:
             owner.end()
         elapsed = time.monotonic() - started
-        after = {pid: cpu_seconds(pid) for pid in labels}
+        cores = meter.stop()
         rate = (len(observer.times) - seen_before) / elapsed
-        cores = {
-            labels[pid]: (after[pid] - before[pid]) / elapsed  # type: ignore[operator]
-            for pid in labels
-            if before[pid] is not None and after[pid] is not None
-        }
         self.result = {"window_s": elapsed, "rate": rate, "cores": cores, "spied": labels[spied]}
 
 

@@ -4,6 +4,8 @@ still failed for one seen twice), and the table saying which rows were cut."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bench.compare import Case, Run, costs_text, figures, progress, summarise, systems_for, table
@@ -139,3 +141,38 @@ def test_the_two_taskmanager_cluster_rows_run_only_when_asked_and_submit_to_it(m
     assert "run" not in command and "--skip-preflight" not in command
     sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
     assert {"job.parallelism=2", "sink.delivery=at-least-once"} <= set(sets)
+
+
+def test_the_cpu_meter_adds_the_processes_of_one_group_and_counts_a_gone_one_as_nothing():
+    """bench.profile labels processes by kind: two of one kind (two Python workers) add up
+    rather than one overwriting the other, as they did when it kept a dict by label."""
+    import subprocess
+    import sys
+
+    from bench.compare import CpuMeter
+
+    burn = "import time\nwhile time.process_time() < 0.3: pass\ninput()"  # 0.3 s, then idle
+    workers = [subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE)
+               for _ in range(2)]  # fmt: skip
+    try:
+        meter = CpuMeter({"workers": {w.pid for w in workers}, "gone": {2**22 + 1}})
+        meter.start()
+        started = time.monotonic()
+        while any(_cpu(w.pid) < 0.28 for w in workers):  # /proc counts in 10 ms ticks
+            assert time.monotonic() - started < 60, "the workers did not burn their CPU"
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        cores = meter.stop()
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
+    used = cores["workers"] * elapsed  # CPU seconds, give or take the start-up before start()
+    assert 0.35 < used < 0.9, cores  # one process alone would be 0.3
+    assert cores["gone"] == 0.0
+
+
+def _cpu(pid: int) -> float:
+    from pipelines.running.processes import cpu_seconds
+
+    return cpu_seconds(pid) or 0.0
