@@ -21,13 +21,14 @@ from tests.support import (
 
 become_subreaper()
 
-# Every JVM the tests start (PyFlink's gateway and mini-cluster, `flink run`, the standalone
-# clusters, Beam's Java side: all read JVM_ARGS) compiles with C1 only. The suite's jobs move
-# hundreds of records and end in seconds, so C2's compiles were CPU spent on code that
-# never got hot: test_passthrough.py took 73-79 s with them and 53-60 s without (user CPU
-# 32 -> 21-25 s), and on two cores the other worker's tests wait for that CPU. Behaviour is
-# the same either way; benchmarks (bench/) never import this file and keep the default.
-# A JVM_ARGS of your own (even empty) is left as it is.
+# Every JVM the tests start on the host (PyFlink's gateway and mini-cluster, `flink run`,
+# the standalone clusters, Beam's Java side: all read JVM_ARGS; not the containers')
+# compiles with C1 only. The suite's jobs move hundreds of records and end in seconds, so
+# C2's compiles were CPU spent on code that never got hot: test_passthrough.py took
+# 73-79 s with them and 53-60 s without (user CPU 32 -> 21-25 s), and on two cores the
+# other worker's tests wait for that CPU. Behaviour is the same either way; benchmarks
+# (bench/) never import this file and keep the default. A JVM_ARGS of your own (even
+# empty) is left as it is.
 os.environ.setdefault("JVM_ARGS", "-XX:TieredStopAtLevel=1")
 
 # Each pytest-xdist worker takes free ports from a range of its own (pipelines_dev.ports):
