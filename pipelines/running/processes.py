@@ -58,8 +58,19 @@ def _proc(p: psutil.Process, info: dict | None = None) -> Proc | None:
         return None
     if info.get("ppid") is None or info.get("create_time") is None:
         return None  # gone while it was read
-    zombie = info.get("status") == psutil.STATUS_ZOMBIE
+    zombie = info.get("status") == psutil.STATUS_ZOMBIE and not _threads_left(p)
     return Proc(p.pid, info["ppid"], pgid, sid, info["create_time"], zombie)
+
+
+def _threads_left(p: psutil.Process) -> bool:
+    """Whether a process whose main thread shows as a zombie still has threads running: the
+    main thread of a JVM exiting under SIGKILL can end before the rest, and taking that for
+    the end let ProcessGroups.end() return with a Beam Java service still running, not yet
+    waitable (busy CI, 2026-12-06). A process that has fully exited counts 1 thread."""
+    try:
+        return p.num_threads() > 1
+    except (psutil.Error, ValueError):
+        return False
 
 
 def snapshot() -> dict[int, Proc]:

@@ -207,3 +207,33 @@ def test_a_group_that_needed_sigkill_has_exited_when_end_groups_returns(attempt,
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_process_whose_main_thread_ended_first_runs_until_its_last_thread_does(tmp_path):
+    """A JVM's main thread can end before its others (under SIGKILL): the process then shows
+    as a zombie while it still runs. Taken for ended, ProcessGroups.end() returned with a
+    Beam Java service still running; here it counts as alive until its last thread ends."""
+    import psutil
+
+    ready = tmp_path / "ready"
+    script = (
+        "import ctypes, signal, sys, threading, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "threading.Thread(target=time.sleep, args=(120,)).start()\n"
+        "open(sys.argv[1], 'w').close()\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"  # the main thread ends, the other sleeps on
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(ready)], process_group=0)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE):
+            assert time.monotonic() < deadline, "the main thread did not end within 60 s"
+            time.sleep(0.02)
+        assert proc.poll() is None  # not waitable: a thread still runs
+        assert group_alive(proc.pid)
+        assert process(proc.pid).zombie is False
+        end_groups([proc.pid], grace_s=0.2)
+        assert proc.poll() == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
