@@ -66,6 +66,11 @@ __all__ = ["job_main"]
 
 log = logging.getLogger(__name__)
 
+# How often a local run asks for the job's failures (its progress line comes every
+# `progress_every`): a restart must be seen while the mini-cluster still answers, and it
+# shuts down the moment the job ends.
+FAILURES_EVERY_S = 0.5
+
 
 def job_main(build: Build, argv: list[str] | None = None) -> None:
     """What a job module runs as __main__: works standalone and under `flink run`. The
@@ -197,6 +202,11 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     extra = {
         **MINI_CLUSTER_ON_LOOPBACK,
         "metrics.fetcher.update-interval": "2 s",
+        # The REST API serves a job's exceptions and checkpoints from a cache this old (3 s
+        # by default). A restart near the end of a short job was then seen by no poll before
+        # the job finished and its mini-cluster shut down: "failure #1" went unreported
+        # (busy CI, 2026-12-06).
+        "web.refresh-interval": "500 ms",
         **(extra_conf or {}),
     }
     identity = transactional_identity(loaded.settings)
@@ -221,22 +231,27 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     failures_log.unlink(missing_ok=True)  # this run's failures only
     monitor = ProgressMonitor(url, job_id, failures_log)
     outcome = client.get_job_execution_result()
-    shown, shown_at, looked_at = None, 0.0, 0.0
+    shown, shown_at, looked_at, failures_at = None, 0.0, 0.0, 0.0
     # While the tasks start, look often: the first checkpoint is triggered the moment they run.
     starting_until = time.monotonic() + FIRST_CHECKPOINT_WAIT_S if url else 0.0
     while not outcome.done():
         if time.monotonic() < starting_until and monitor.first_checkpoint():
             starting_until = 0.0
-        if time.monotonic() - looked_at >= progress_every:
-            looked_at = time.monotonic()
+        if time.monotonic() - failures_at >= FAILURES_EVERY_S:
+            failures_at = time.monotonic()
             for failure in monitor.failures():
                 log.info(failure)
+        if time.monotonic() - looked_at >= progress_every:
+            looked_at = time.monotonic()
             line = monitor.line()
             # Print on change, and every 30 s while nothing moves (so it is seen to be alive).
             if line and (line != shown or time.monotonic() - shown_at > 30):
                 log.info(line)
                 shown, shown_at = line, time.monotonic()
-        _wait_done(outcome, 0.2 if time.monotonic() < starting_until else progress_every)
+        _wait_done(
+            outcome,
+            0.2 if time.monotonic() < starting_until else min(progress_every, FAILURES_EVERY_S),
+        )
     for failure in monitor.failures(retry_s=10.0):  # the one that ended the job, if any
         log.info(failure)
     checkpoints = monitor.completed_checkpoints()
