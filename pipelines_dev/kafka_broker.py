@@ -240,20 +240,19 @@ class Broker:
             + "\n"
         )
 
+    def _tool(self, *args: str) -> list[str]:
+        """The command line of one of Kafka's tools: its main class and arguments in `args`."""
+        return [
+            "java",
+            *TOOL_JVM_OPTIONS,
+            "-cp",
+            f"{self.libs}/*",
+            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+            *args,
+        ]
+
     def _java(self, *args: str, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                "java",
-                *TOOL_JVM_OPTIONS,
-                "-cp",
-                f"{self.libs}/*",
-                f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            **kw,
-        )
+        return subprocess.run(self._tool(*args), capture_output=True, text=True, **kw)
 
     def _format(self, props: Path) -> None:
         if (self.data / "meta.properties").is_file():
@@ -441,16 +440,11 @@ class Broker:
         self.ensure_libs()
         if not (self.state_dir / "log4j2.properties").is_file():
             self._write_log4j()
-        cmd = [
-            "java",
-            *TOOL_JVM_OPTIONS,
-            "-cp",
-            f"{self.libs}/*",
-            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+        cmd = self._tool(
             "org.apache.kafka.tools.TransactionsCommand",
             "--bootstrap-server",
             bootstrap or self.bootstrap,
-        ]
+        )
         if properties is None and bootstrap in (None, self.bootstrap) and self.runs_secure():
             properties = {
                 "security.protocol": "SASL_PLAINTEXT",
