@@ -19,10 +19,14 @@ measures it for `copy-json` and `enrich-50ms`:
   The warm-up is 15 s: a fresh job JVM at 49k records/s left a backlog that took 10 s to
   drain (p99 of each 5 s of load, 2026-12-06: 2.4-3.5 s in the first 5 s, 2.2-2.6 s in
   the next, 1.1-1.5 s after), and each point starts its system afresh;
-- one point is run first and not recorded, so the broker is warm for the first that is:
-  the first run after the broker started took 0.70 cores in the broker, against 0.26-0.36
-  in the runs after it, starved the job and gave a p99 of 28 s (2026-12-06). A broker in
-  use is warm; a benchmark's first point should not measure its JIT.
+- points are run first and not recorded until the broker is warm: until two in a row
+  took the broker's CPU within 10% of each other (at least 2, at most 4). The first run
+  after the broker started took 0.70 cores in the broker, against 0.26-0.36 in the runs
+  after it, starved the job and gave a p99 of 28 s (2026-12-06); one unrecorded point was
+  not always enough: on a broker started with the run, the first recorded point still had
+  it at 0.47 cores and a p99 of 2.22 s, where the same point on a warm broker gave 1.08 s
+  (twice; 2026-12-06). A broker in use is warm; a benchmark's first point should not
+  measure its JIT.
 
 Results: bench/results/latency.{txt,json,png}, the table copied into docs/performance.md.
 """
@@ -62,6 +66,8 @@ LOADS = (0.5, 0.9)
 INTERVALS = (1.0, 5.0, 10.0)
 SYSTEMS = ("project", "quix")
 SLICE_S = 5.0
+WARM_POINTS = (2, 4)  # unrecorded points before the first recorded one: at least, at most
+WARM_SETTLED = 0.10  # the broker is warm when its CPU in two points in a row differs less
 BLOCK = ("<!-- bench:latency -->\n```\n", "```\n<!-- /bench:latency -->")
 COMPANIES = [b"acme", b"globex", b"initech", b"umbrella", b"hooli", b"stark", b"wayne", b"tyrell"]
 # The bench's ~150-byte record, with the time it was produced (seconds since the epoch).
@@ -105,6 +111,16 @@ def summary(latencies: list[float], measured: int) -> tuple[float | None, ...]:
         return ordered[int(rank) - 1] if rank <= len(ordered) else None
 
     return at(50), at(99), ordered[-1] if len(ordered) == measured else None
+
+
+def broker_settled(broker_cores: list[float], tolerance: float = WARM_SETTLED) -> bool:
+    """Whether the broker's CPU in the last two warm-up points (in cores, oldest first)
+    agree within `tolerance` of the higher: a JVM still compiling its hot paths spends
+    more in each point than the one after."""
+    if len(broker_cores) < 2:
+        return False
+    before, last = broker_cores[-2:]
+    return abs(before - last) <= tolerance * max(before, last)
 
 
 def slices(latency: dict[int, float], first: int, last: int, per_slice: int) -> list[float | None]:
@@ -433,9 +449,15 @@ def main(argv: list[str] | None = None) -> None:
         warm = selected[0]
         service.configure(latency_ms=warm.latency_ms, failure_rate=0.0, down=False)
         print(f"warming the broker with {warm.name} on the project (not recorded)", flush=True)
-        warmed = run_point(warm, "project", loads[0], intervals[0], rates[warm.name] * loads[0],
-                           broker.bootstrap, service.url, args.warmup, 5.0, broker.pid())  # fmt: skip
-        print(f"{table([warmed]).splitlines()[2]}  (warm-up, not recorded)", flush=True)
+        broker_cores: list[float] = []
+        while len(broker_cores) < WARM_POINTS[0] or (
+            len(broker_cores) < WARM_POINTS[1] and not broker_settled(broker_cores)
+        ):
+            warmed = run_point(warm, "project", loads[0], intervals[0], rates[warm.name] * loads[0],
+                               broker.bootstrap, service.url, args.warmup, 5.0, broker.pid())  # fmt: skip
+            broker_cores.append(warmed.cores.get("broker", 0.0))
+            print(f"{table([warmed]).splitlines()[2]}  (warm-up, not recorded: broker "
+                  f"{broker_cores[-1]:.2f} cores)", flush=True)  # fmt: skip
         for case in selected:
             service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
             for interval in intervals:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench.latency import Point, max_rates, slices, summary, table
+from bench.latency import Point, broker_settled, max_rates, slices, summary, table
 
 pytestmark = pytest.mark.unit
 
@@ -57,6 +57,19 @@ def test_slices_give_each_spans_p99_so_a_backlog_shows_its_shape():
     latency[150], latency[240] = 3.0, 2.0
     assert slices(latency, 0, 300, 100) == [5.0, 0.5, None]  # 1 in 100 slow is not its p99
     assert slices(latency, 100, 250, 100) == [0.5, 2.0]  # the short last slice: 1 in 50 is
+
+
+def test_the_broker_is_warm_when_two_points_in_a_row_agree_on_its_cpu():
+    # 2026-12-06, a broker started with the run: 0.70 then 0.47 cores in the copy at 50%,
+    # 0.27-0.29 once warm (0.27 and 0.26 in two points in a row on a broker in use)
+    assert not broker_settled([])
+    assert not broker_settled([0.27])  # one point says nothing of a trend
+    assert not broker_settled([0.70, 0.47])
+    assert not broker_settled([0.70, 0.47, 0.41])  # 10% of 0.47 is 0.047: still falling
+    assert broker_settled([0.70, 0.47, 0.41, 0.38])
+    assert broker_settled([0.27, 0.26])
+    assert broker_settled([0.26, 0.27])
+    assert broker_settled([0.0, 0.0])  # a broker not on this machine: nothing to wait for
 
 
 def test_the_detail_lines_give_the_trend_and_the_cores():
