@@ -66,7 +66,7 @@ LOADS = (0.5, 0.9)
 INTERVALS = (1.0, 5.0, 10.0)
 SYSTEMS = ("project", "quix")
 SLICE_S = 5.0
-WARM_POINTS = (2, 4)  # unrecorded points before the first recorded one: at least, at most
+WARM_POINTS_MAX = 4  # unrecorded points before the first recorded one (at least 2: see below)
 WARM_SETTLED = 0.10  # the broker is warm when its CPU in two points in a row differs less
 BLOCK = ("<!-- bench:latency -->\n```\n", "```\n<!-- /bench:latency -->")
 COMPANIES = [b"acme", b"globex", b"initech", b"umbrella", b"hooli", b"stark", b"wayne", b"tyrell"]
@@ -450,9 +450,8 @@ def main(argv: list[str] | None = None) -> None:
         service.configure(latency_ms=warm.latency_ms, failure_rate=0.0, down=False)
         print(f"warming the broker with {warm.name} on the project (not recorded)", flush=True)
         broker_cores: list[float] = []
-        while len(broker_cores) < WARM_POINTS[0] or (
-            len(broker_cores) < WARM_POINTS[1] and not broker_settled(broker_cores)
-        ):
+        # broker_settled needs two points to compare: at least two run
+        while len(broker_cores) < WARM_POINTS_MAX and not broker_settled(broker_cores):
             warmed = run_point(warm, "project", loads[0], intervals[0], rates[warm.name] * loads[0],
                                broker.bootstrap, service.url, args.warmup, 5.0, broker.pid())  # fmt: skip
             broker_cores.append(warmed.cores.get("broker", 0.0))
