@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -83,6 +83,9 @@ class Run:
     rss_mb: float | None = None  # median resident memory of the run's processes, steady
     cut: bool = False  # ended by the case's budget before every record was visible
     budget_s: float | None = None  # the case's budget (Case.budget_s)
+    # CPU seconds per million visible records over the 10%-90% span, by whose processes:
+    # the system's own, the broker's, the enrichment service's, the observer's (CpuPerRecord)
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,6 +100,12 @@ class Summary:
     runs: int = 0
     cut: list[int] = field(default_factory=list)  # records each run cut by the budget wrote
     budget_s: float | None = None  # the case's budget, which cut those runs
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # Run.cpu of each run, by group
+
+    def cpu_per_m(self, group: str) -> float | None:
+        """The median CPU seconds per million records of `group`'s processes."""
+        values = self.cpu.get(group)
+        return statistics.median(values) if values else None
 
     @property
     def median(self) -> float | None:
@@ -199,7 +208,10 @@ def peer_command(
     interval_s: float = 1.0,
 ) -> list[str]:
     """A peer's app for the case (bench/peers): Quix as a user first writes it, or a peer
-    with the settings its own search found best (PEER_TUNED)."""
+    with the settings its own search found best (PEER_TUNED); `bytewax-tuned` is Bytewax
+    as an expert writes it for this machine (bench/peers/bytewax_lean.py)."""
+    if system == "bytewax-tuned":
+        return lean_bytewax_command(case, tag, source, bootstrap, service_url, interval_s)
     peer = system.removesuffix("-tuned")
     app = f"{peer}_enrich" if case.kind == "enrich" else f"{peer}_copy"
     cmd = [sys.executable, "-m", f"bench.peers.{app}", "--commit-interval", f"{interval_s:g}"]
@@ -229,7 +241,33 @@ PEER_TUNED: dict[str, dict[str, list[str]]] = {
         "enrich": ["--batch", "1000", "--workers", "3"],
     },
 }
-PEERS = ("quix", "quix-tuned", "bytewax")
+PEERS = ("quix", "quix-tuned", "bytewax", "bytewax-tuned")
+
+# Bytewax as an expert writes it for 2 cores (bench/peers/bytewax_lean.py): its processes,
+# poll size and lookups in flight, chosen by measurement (docs/performance.md).
+LEAN_BYTEWAX = {
+    "copy-bytes": ["--work", "bytes", "--batch", "10000"],
+    "copy-json": ["--work", "json", "--batch", "10000"],
+    "enrich": [
+        "--work",
+        "enrich",
+        "--batch",
+        "10000",
+        "--lookup-batch",
+        "1000",
+        "--in-flight",
+        "32",
+    ],
+}
+
+
+def lean_bytewax_command(
+    case: Case, tag: str, source: str, bootstrap: str, service_url: str, interval_s: float
+) -> list[str]:
+    cmd = [sys.executable, "-m", "bench.peers.bytewax_lean", "--commit-interval", f"{interval_s:g}"]
+    cmd += ["--bootstrap", bootstrap, "--source", source, "--sink", f"{tag}-out"]
+    cmd += ["--group", tag, "--state-dir", "-", "--processes", "2", *LEAN_BYTEWAX[case.kind]]
+    return cmd + (["--url", service_url] if case.kind == "enrich" else [])
 
 
 # Project variants: the defaults, and the best settings found by hand for the case (the
@@ -311,11 +349,14 @@ class TwoTaskManagers:
                 raise RuntimeError("the bench cluster has no second TaskManager after 120 s")
             time.sleep(0.5)
 
+    def pids(self) -> set[int]:
+        """The cluster's daemons and the processes below them."""
+        conf = str(self.cluster.conf_dir)
+        return {p for pid, cmd in command_lines().items() if conf in cmd for p in descendants(pid)}
+
     def rss_mb(self) -> float:
         """Resident memory of the cluster's daemons and the processes below them, in MB."""
-        conf = str(self.cluster.conf_dir)
-        pids = {p for pid, cmd in command_lines().items() if conf in cmd for p in descendants(pid)}
-        return sum(resident_bytes(pid) or 0 for pid in pids) / 1e6
+        return sum(resident_bytes(pid) or 0 for pid in self.pids()) / 1e6
 
     def down(self) -> None:
         try:
@@ -351,7 +392,7 @@ def systems_for(case: Case, tuned: bool, cluster: bool = False) -> list[str]:
     if tuned and PEER_TUNED["quix"][case.kind]:
         names.append("quix-tuned")
     if tuned:
-        names.append("bytewax")
+        names += ["bytewax", "bytewax-tuned"]
     return names
 
 
@@ -534,10 +575,12 @@ def measure(
     deadline_s: float,
     source: str,
     during=None,
+    others: dict[str, int | None] | None = None,
 ) -> Run:
     """One system over one case. `during(proc, observer)`, when given, runs in a thread
     beside the run (bench.profile samples it there); it must return once the observer is
-    done or the process has ended."""
+    done or the process has ended. `others` names the pids of the broker and the service,
+    whose CPU per record is counted apart from the system's."""
     tag = f"bench-{case.name}-{system}-{rep}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-out": PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
@@ -555,6 +598,7 @@ def measure(
             f"bench-{system}.log",
         ) as run:
             proc = run.proc
+            cpu = CpuPerRecord(lambda: cpu_groups(system, proc.pid, others or {}))
             if during is not None:
                 watcher = threading.Thread(target=during, args=(proc, observer), daemon=True)
                 watcher.start()
@@ -564,6 +608,7 @@ def measure(
                 if 0.1 <= progress(case, len(times), since_first) <= 0.9:
                     on_cluster = CLUSTER.rss_mb() if CLUSTER and system in CLUSTER_SYSTEMS else 0
                     rss.append(tree_rss_mb(proc.pid) + on_cluster)
+                    cpu.sample(len(times))
                 if case.budget_s is not None and (since_first or 0) > case.budget_s:
                     cut = not observer.done.is_set()
                     break
@@ -597,7 +642,20 @@ def measure(
         rss_mb,
         cut,
         case.budget_s,
+        cpu.per_million(),
     )
+
+
+def cpu_groups(system: str, pid: int, others: dict[str, int | None]) -> dict[str, set[int]]:
+    """Whose CPU a run counts: the system's own processes (for a cluster system, the
+    cluster's too), each of `others` (the broker, the service) and this process, which is
+    the observer."""
+    own = descendants(pid)
+    if CLUSTER is not None and system in CLUSTER_SYSTEMS:
+        own |= CLUSTER.pids()
+    groups = {"own": own, "observer": {os.getpid()}}
+    groups.update({name: {p} for name, p in others.items() if p})
+    return groups
 
 
 def progress(case: Case, seen: int, since_first: float | None) -> float:
@@ -659,6 +717,40 @@ class CpuMeter:
         return cores
 
 
+class CpuPerRecord:
+    """CPU seconds per million records of groups of processes, from the first to the last
+    `sample` of a run (measure samples over the 10%-90% span of its output). `groups()`
+    names each group's pids at the time of a sample: a process that appears later (a
+    Python worker) counts from the first sample that sees it."""
+
+    def __init__(self, groups: Callable[[], dict[str, set[int]]]):
+        self.groups = groups
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.members: dict[str, set[int]] = {}
+        self.seen: tuple[int, int] | None = None  # records visible at the first, last sample
+
+    def sample(self, seen: int) -> None:
+        for name, pids in self.groups().items():
+            for pid in pids:
+                used = cpu_seconds(pid)
+                if used is None:
+                    continue  # gone: what it used after its last sample is not counted
+                self.first.setdefault(pid, used)
+                self.last[pid] = used
+                self.members.setdefault(name, set()).add(pid)
+        self.seen = (self.seen[0] if self.seen else seen, seen)
+
+    def per_million(self) -> dict[str, float]:
+        if not self.seen or self.seen[1] <= self.seen[0]:
+            return {}
+        records = self.seen[1] - self.seen[0]
+        return {
+            name: sum(self.last[p] - self.first[p] for p in pids) / records * 1e6
+            for name, pids in self.members.items()
+        }
+
+
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of `pid` and every process below it (JVMs, Python workers), in MB."""
     return sum(resident_bytes(each) or 0 for each in descendants(pid)) / 1e6  # 0: gone since
@@ -709,6 +801,9 @@ def summarise(runs: list[Run]) -> list[Summary]:
             s.failures.append(f"rep {run.rep}: {run.error}")
         if run.rss_mb is not None:
             s.rss.append(run.rss_mb)
+        if not run.error:
+            for group, value in run.cpu.items():
+                s.cpu.setdefault(group, []).append(value)
     return list(summaries.values())
 
 
@@ -760,27 +855,32 @@ def table(summaries: list[Summary], limits: dict[str, dict[str, float]] | None =
     limits = limits or {}
     header = (
         f"{'case':13} {'system':14} {'min/s':>9} {'median/s':>9} {'max/s':>9} "
-        f"{'x quix':>7} {'x bwax':>7} {'of lim':>6} {'start s':>8} {'e2e/s':>8} {'RSS MB':>7}  notes"
+        f"{'x quix':>7} {'x bwax':>7} {'x bwt':>6} {'of lim':>6} {'start s':>8} {'e2e/s':>8} {'RSS MB':>7} "
+        f"{'CPU s/M':>7} {'broker':>6} {'svc':>5}  notes"
     )
     lines = [header, "-" * len(header)]
     # Each row against both peers as they run: Quix exactly once (the project's rows that
     # write exactly once pair with it), Bytewax at least once (project-alo pairs with it).
     quix = {s.case: s.median for s in summaries if s.system == "quix" and s.median}
     bytewax = {s.case: s.median for s in summaries if s.system == "bytewax" and s.median}
+    lean = {s.case: s.median for s in summaries if s.system == "bytewax-tuned" and s.median}
     for s in summaries:
-        peer, other = quix.get(s.case), bytewax.get(s.case)
+        peer, other, best = quix.get(s.case), bytewax.get(s.case), lean.get(s.case)
         ratio = s.median / peer if s.median and peer else None
         versus = s.median / other if s.median and other else None
+        to_best = s.median / best if s.median and best else None
         low, high = (min(s.rates), max(s.rates)) if s.rates else (None, None)
         found = limits.get(s.case)
         share = s.median / min(found.values()) if found and s.median else None
         lines.append(
             f"{s.case:13} {s.system:14} {_cell(low, '9,.0f', 9)} "
             f"{_cell(s.median, '9,.0f', 9)} {_cell(high, '9,.0f', 9)} "
-            f"{_cell(ratio, '7.2f', 7)} {_cell(versus, '7.2f', 7)} {_cell(share, '6.0%', 6)} "
+            f"{_cell(ratio, '7.2f', 7)} {_cell(versus, '7.2f', 7)} {_cell(to_best, '6.2f', 6)} "
+            f"{_cell(share, '6.0%', 6)} "
             f"{_cell(s.startup, '8.1f', 8)} "
-            f"{_cell(s.e2e, '8,.0f', 8)} {_cell(s.rss_mb, '7,.0f', 7)}  "
-            f"{'; '.join(notes_of(s))}"
+            f"{_cell(s.e2e, '8,.0f', 8)} {_cell(s.rss_mb, '7,.0f', 7)} "
+            f"{_cell(s.cpu_per_m('own'), '7.1f', 7)} {_cell(s.cpu_per_m('broker'), '6.1f', 6)} "
+            f"{_cell(s.cpu_per_m('service'), '5.1f', 5)}  {'; '.join(notes_of(s))}"
         )
     return "\n".join(lines)
 
@@ -828,6 +928,7 @@ AT_LEAST_ONCE = {
     "project-alo": "at least once (sink.delivery)",
     "beam": "at least once (KafkaIO write, no transactions)",
     "bytewax": "at least once (its Kafka sink has no transactions)",
+    "bytewax-tuned": "at least once (2 processes, lean Kafka I/O, no transactions)",
 }
 
 
@@ -979,6 +1080,7 @@ def main(argv: list[str] | None = None) -> None:
                 CLUSTER.up()
             for case in selected:
                 inputs[case.name] = fill_input(case, broker.bootstrap)
+            others = {"broker": broker.pid(), "service": service.pid_file.live()}
             for case in selected:
                 if case.kind == "enrich":
                     service.configure(latency_ms=case.latency_ms, failure_rate=0.0, down=False)
@@ -1002,6 +1104,7 @@ def main(argv: list[str] | None = None) -> None:
                             service.url,
                             deadline_s(case),
                             inputs[case.name],
+                            others=others,
                         )
                         runs.append(run)
                         rate = f"{run.rate:,.0f}/s" if run.rate else "-"

@@ -176,3 +176,66 @@ def _cpu(pid: int) -> float:
     from pipelines.running.processes import cpu_seconds
 
     return cpu_seconds(pid) or 0.0
+
+
+def test_cpu_per_record_counts_each_process_from_its_first_sample_to_its_last(monkeypatch):
+    """The system's CPU per million records over the span the samples cover: a worker that
+    appears later counts from when it is first seen, one gone keeps what it used until
+    its last sample, and the broker is counted apart from the system."""
+    import bench.compare as compare
+
+    cpu = {1: 10.0, 9: 50.0}
+    monkeypatch.setattr(compare, "cpu_seconds", lambda pid: cpu.get(pid))
+    own = {1}
+    meter = compare.CpuPerRecord(lambda: {"own": set(own), "broker": {9}})
+    meter.sample(100_000)
+    cpu.update({1: 12.0, 2: 3.0, 9: 50.5})  # a Python worker appears with 3 s used
+    own.add(2)
+    meter.sample(300_000)
+    cpu.update({1: 13.0, 9: 51.0})
+    del cpu[2]  # the worker ended after using 3 + 1 s: its last second is counted below
+    cpu[2] = 4.0
+    meter.sample(500_000)
+    del cpu[2]  # gone before the last sample: counted up to the one before
+    cpu.update({1: 14.0, 9: 51.2})
+    meter.sample(600_000)
+    per_m = meter.per_million()
+    assert per_m["own"] == pytest.approx((14.0 - 10.0 + 4.0 - 3.0) / 500_000 * 1e6)
+    assert per_m["broker"] == pytest.approx(1.2 / 500_000 * 1e6)
+
+
+def test_cpu_per_record_needs_two_samples_apart():
+    from bench.compare import CpuPerRecord
+
+    meter = CpuPerRecord(lambda: {"own": set()})
+    assert meter.per_million() == {}
+    meter.sample(10)
+    assert meter.per_million() == {}
+
+
+def test_the_table_gives_each_systems_cpu_per_million_records_and_the_brokers_apart():
+    runs = [
+        Run("copy-json", "project", rep, 100_000.0, 9.0, 40_000.0, 10, 10,
+            cpu={"own": own, "broker": 2.0, "service": 0.0, "observer": 0.5})
+        for rep, own in ((1, 8.0), (2, 9.0), (3, 30.0))
+    ]  # fmt: skip
+    runs.append(Run("copy-json", "bytewax", 1, 90_000.0, 1.0, 80_000.0, 10, 10, cpu={"own": 11.0}))
+    text = table(summarise(runs))
+    header, _, project, peer = text.splitlines()
+    assert header.split()[-4:] == ["s/M", "broker", "svc", "notes"]
+    assert project.split()[-3:] == ["9.0", "2.0", "0.0"]  # medians
+    assert peer.split("  at least once")[0].split()[-3:] == ["11.0", "-", "-"]
+
+
+def test_bytewax_at_its_best_runs_beside_the_stock_bytewax_as_two_processes():
+    from bench.compare import system_command
+
+    for case in (Case("copy-json", "copy-json", 10), Case("enrich-5ms", "enrich", 10, 5)):
+        assert systems_for(case, tuned=True)[-2:] == ["bytewax", "bytewax-tuned"]
+        command = system_command(
+            "bytewax-tuned", case, "t", "in", "127.0.0.1:9092", "http://127.0.0.1:1", "/s"
+        )
+        assert command[1:3] == ["-m", "bench.peers.bytewax_lean"]
+        assert command[command.index("--processes") + 1] == "2"
+        assert ("--url" in command) == (case.kind == "enrich")
+    assert "bytewax-tuned" not in systems_for(Case("copy-json", "copy-json", 10), tuned=False)

@@ -75,14 +75,15 @@ def test_the_table_shows_shares_of_the_smallest_limit_and_of_each_peer():
         Summary("enrich-50ms", "project", rates=[30_000.0, 35_000.0, 40_000.0], rss=[900.0]),
         Summary("enrich-50ms", "quix", rates=[1_750.0]),
         Summary("enrich-50ms", "bytewax", rates=[1_000.0]),
+        Summary("enrich-50ms", "bytewax-tuned", rates=[70_000.0]),
     ]
     limits = {"enrich-50ms": {"parse-only": 70_000.0, "capacity/latency": 160_000.0}}
     rows = table(summaries, limits).splitlines()
-    assert rows[0].split()[5:11] == ["x", "quix", "x", "bwax", "of", "lim"]
+    assert rows[0].split()[5:13] == ["x", "quix", "x", "bwax", "x", "bwt", "of", "lim"]
     project, quix = rows[2].split(), rows[3].split()
-    assert project[3:8] == ["35,000", "40,000", "20.00", "35.00", "50%"]
-    assert project[-1] == "900"
-    assert quix[5:8] == ["1.00", "1.75", "2%"]
+    assert project[3:9] == ["35,000", "40,000", "20.00", "35.00", "0.50", "50%"]
+    assert project[-4] == "900"  # then CPU s/M, broker, service: none measured here
+    assert quix[5:9] == ["1.00", "1.75", "0.03", "2%"]
     text = limits_text(limits, {"enrich-50ms": "wrk, 640 connections x batches of 200"})
     assert "*parse-only 70,000, capacity/latency 160,000" in text
     assert "[service: wrk, 640 connections" in text
