@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.compare import (
+    LOGS,
     RESULTS,
     CpuMeter,
     Observer,
@@ -42,6 +43,8 @@ from bench.compare import (
     measure,
     use_tuning,
 )
+from bench.jvm_profile import Recording, ThreadCpu, summary
+from bench.jvm_profile import report as jvm_report
 from pipelines.running.processes import ProcessGroups, descendants, program_name
 from pipelines.settings import ExecutionMode, load_settings
 from pipelines_dev.topics import delete_topics
@@ -80,8 +83,10 @@ class Sampler:
         svg: Path,
         others: dict[str, int | None],
         in_the_jvm: bool = False,
+        jfr: Path | None = None,
     ):
         self.case, self.window_s, self.svg, self.others = case, window_s, svg, others
+        self.jfr = jfr  # where the JVM's flight recording of the window goes
         # Thread mode: the stage's Python runs inside the JVM (pemja), and py-spy reads the
         # interpreter there; the CLI's own Python then only watches the job.
         self.in_the_jvm = in_the_jvm
@@ -95,8 +100,10 @@ class Sampler:
         cli = "the CLI (watching)" if self.in_the_jvm else "Python worker (the CLI, loopback)"
         labels = {proc.pid: cli}
         spied = proc.pid
+        jvm = None
         for pid in descendants(proc.pid) - {proc.pid}:
             if program_name(pid) == "java":
+                jvm = pid
                 labels[pid] = "Flink JVM (mini-cluster)"
                 if self.in_the_jvm:
                     labels[pid] = "Flink JVM with the Python stage"
@@ -106,12 +113,34 @@ class Sampler:
         for pid, label in labels.items():  # two processes of one kind add up, not overwrite
             groups.setdefault(label, set()).add(pid)
         meter = CpuMeter(groups)
+        threads = ThreadCpu(jvm) if jvm else None
+        recording = Recording(jvm, self.jfr) if jvm and self.jfr else None
+        if recording:
+            recording.start()
+        if threads:
+            threads.start()
         meter.start()
         seen_before, started = len(observer.times), time.monotonic()
+        if self.case.kind != "copy-bytes":  # the JVM-only copy runs no Python
+            self.spy(spied)
+        # The window lasts its length whether or not py-spy ran for all of it.
+        while time.monotonic() - started < self.window_s and proc.poll() is None:
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        cores = meter.stop()
+        by_thread = threads.stop() if threads else {}
+        if recording and proc.poll() is None:
+            recording.dump()
+        rate = (len(observer.times) - seen_before) / elapsed
+        self.result = {"window_s": elapsed, "rate": rate, "cores": cores, "spied": labels[spied]}
+        self.result["jvm_threads"] = by_thread
+
+    def spy(self, pid: int) -> None:
+        """py-spy's flame graph of `pid`'s Python over the window."""
         owner = ProcessGroups()
         spy = owner.popen(
             [py_spy(), "record", "--gil", "--nonblocking", "--rate", "100"]
-            + ["--duration", str(int(self.window_s)), "--pid", str(spied)]
+            + ["--duration", str(int(self.window_s)), "--pid", str(pid)]
             + ["--output", str(self.svg), "--format", "flamegraph"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -120,10 +149,6 @@ class Sampler:
             spy.wait(self.window_s + 60)
         finally:
             owner.end()
-        elapsed = time.monotonic() - started
-        cores = meter.stop()
-        rate = (len(observer.times) - seen_before) / elapsed
-        self.result = {"window_s": elapsed, "rate": rate, "cores": cores, "spied": labels[spied]}
 
 
 def in_the_jvm(case, sets: list[str]) -> bool:
@@ -135,7 +160,7 @@ def in_the_jvm(case, sets: list[str]) -> bool:
     return loaded.settings.python.execution_mode is ExecutionMode.THREAD
 
 
-def report(case_name: str, label: str, result: dict, svg: Path) -> str:
+def report(case_name: str, label: str, result: dict, svg: Path, jfr: Path | None = None) -> str:
     rate, window = result["rate"], result["window_s"]
     lines = [
         f"profile of {case_name} ({label}): {window:.0f} s window at {rate:,.0f} records/s "
@@ -160,6 +185,9 @@ def report(case_name: str, label: str, result: dict, svg: Path) -> str:
             f"{'samples':>8}  frame (inclusive)",
         ]
         lines += [f"{n:8}  {name}" for n, name in frames]
+    if result.get("jvm_threads"):
+        recorded = summary(jfr) if jfr and jfr.exists() else None
+        lines += ["", *jvm_report(result["jvm_threads"], recorded, window, rate)]
     return "\n".join(lines)
 
 
@@ -184,12 +212,15 @@ def main(argv: list[str] | None = None) -> None:
     case = replace(known[args.case], records=args.records, budget_s=None)  # its whole input
     stem = f"profile-{case.name}" + (f"-{args.label}" if args.label else "")
     svg, txt = RESULTS / f"{stem}.svg", RESULTS / f"{stem}.txt"
+    jfr = LOGS / f"{stem}.jfr"  # large: kept with the logs, summarised in the .txt
     svg.unlink(missing_ok=True)
     use_tuning(args.sets)
     system = "project-tuned" if args.sets else "project"
     with broker_and_service(case.latency_ms) as (broker, service):
         others = {"Kafka broker": broker.pid(), "enrichment service": service.pid_file.live()}
-        sampler = Sampler(case, args.window, svg, others, in_the_jvm=in_the_jvm(case, args.sets))
+        sampler = Sampler(
+            case, args.window, svg, others, in_the_jvm=in_the_jvm(case, args.sets), jfr=jfr
+        )
         source = fill_input(case, broker.bootstrap)
         try:
             run = measure(
@@ -207,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     if run.error or sampler.result is None:
         sys.exit(f"error: no profile: {run.error or 'the run ended before its window'}")
     label = "settings: " + ", ".join(args.sets) if args.sets else "the job's defaults"
-    text = report(case.name, label, sampler.result, svg)
+    text = report(case.name, label, sampler.result, svg, jfr)
     txt.write_text(text + "\n")
     print(text)
 
