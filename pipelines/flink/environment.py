@@ -92,6 +92,7 @@ def flink_configuration(
         "pipeline.name": settings.job.name,
         "parallelism.default": str(settings.job.parallelism),
         "pipeline.max-parallelism": str(settings.job.max_parallelism),
+        "pipeline.object-reuse": str(settings.job.object_reuse).lower(),
         # Without these Flink starts the system `python`: "No module named 'pyflink'".
         "python.executable": python,
         "python.client.executable": python,

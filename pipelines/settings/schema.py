@@ -595,6 +595,9 @@ class JobSettings(Model):
     name: str
     parallelism: int = Field(default=1, ge=1)
     max_parallelism: int = Field(default=128, ge=1)
+    # Chained operators hand a record on as the object itself instead of a copy (Flink's
+    # pipeline.object-reuse): safe here, as no stage changes or keeps a record it emitted.
+    object_reuse: bool = True
     # Resume from a retained checkpoint or savepoint (a path, or `latest` for the newest
     # retained checkpoint of this job).
     from_checkpoint: str | None = None

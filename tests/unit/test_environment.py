@@ -54,9 +54,19 @@ def test_job_configuration_reaches_the_java_side(env):
     assert get("restart-strategy.type") == "fixed-delay"
     assert get("restart-strategy.fixed-delay.attempts") == "5"
     assert get("python.executable") == sys.executable
+    assert env._j_stream_execution_environment.getConfig().isObjectReuseEnabled()
     assert get("execution.checkpointing.dir").endswith("/.local/checkpoints/enrich")
     jars = get("pipeline.jars")
     assert "flink-sql-connector-kafka-5.0.0-2.2.jar" in jars and "pipelines-flink.jar" in jars
+
+
+def test_object_reuse_is_on_unless_a_job_turns_it_off():
+    def reuse(*overrides: str) -> str:
+        loaded = load_settings("passthrough", environ={}, overrides=list(overrides))
+        return flink_configuration(loaded.settings)["pipeline.object-reuse"]
+
+    assert reuse() == "true"
+    assert reuse("job.object_reuse=false") == "false"
 
 
 def test_checkpointing_off_sets_no_interval():
