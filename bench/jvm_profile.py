@@ -1,8 +1,8 @@
-"""Where a job's JVM spends its CPU: per thread from /proc, per frame from a JFR recording.
+"""Where a job's JVM spends its CPU: per thread from the kernel, per frame from a JFR recording.
 
 `bench.profile` runs this beside a job over the same window as its py-spy sample:
 
-- `ThreadCpu` reads every thread's CPU time of the JVM (`/proc/PID/task/*/stat`) at the
+- `ThreadCpu` reads every thread's CPU time of the JVM (psutil: the kernel's count) at the
   start and end of the window and groups the threads by name (the source's fetcher, the
   task thread that runs the chained operators, the producer's network thread, GC, JIT):
   exact CPU, not a sample;
@@ -22,14 +22,14 @@ in the per-thread table only.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from pipelines.running.processes import thread_cpu
+
 NUMBERED = re.compile(r"[\d#\-_ ]+$|\(\d+\)")
 
 
@@ -37,24 +37,6 @@ def thread_group(name: str) -> str:
     """A thread's name without its number (`GC Thread#1` -> `GC Thread`), so the threads
     of one kind add up."""
     return NUMBERED.sub("", name).strip() or name
-
-
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """CPU seconds (user + system) and name of each thread of `pid`; {} when it is gone."""
-    threads: dict[int, tuple[str, float]] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return threads
-    for tid in tids:
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue  # ended since the listing
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        threads[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
-    return threads
 
 
 @dataclass
@@ -183,5 +165,5 @@ def report(
 
 
 def _sampled_groups(samples: Samples) -> set[str]:
-    """The thread groups, as /proc names them (the first 15 characters), that JFR sampled."""
+    """The thread groups, as the kernel names them (the first 15 characters), that JFR sampled."""
     return {thread_group(name[:15]) for name in samples.threads}

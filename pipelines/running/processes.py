@@ -133,6 +133,23 @@ def cpu_seconds(pid: int) -> float | None:
     return times.user + times.system
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread of `pid`: its name and the CPU seconds (user + system) it has used;
+    {} when the process is gone, a thread that ended meanwhile left out."""
+    try:
+        threads = psutil.Process(pid).threads()
+    except (psutil.Error, ValueError):
+        return {}
+    named = {}
+    for thread in threads:
+        try:
+            name = psutil.Process(thread.id).name()  # Linux: a thread's own comm
+        except (psutil.Error, ValueError):
+            continue
+        named[thread.id] = (name, thread.user_time + thread.system_time)
+    return named
+
+
 def resident_bytes(pid: int) -> int | None:
     """`pid`'s resident memory; None when it is gone."""
     try:
