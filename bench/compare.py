@@ -1,8 +1,9 @@
 """`make bench`: this project's jobs against the peer a user would pick instead, one run.
 
 Every system reads the same pre-filled 3-partition topic of ~150-byte JSON records on the
-same broker and writes exactly once; one observer reads the output with read_committed and
-notes when each record became visible. A system's rate is 80% of the records over the time
+same broker and writes exactly once; one observer notes when each record became visible
+to read_committed readers (from the broker's last stable offsets, Observer) and reads
+them all to check every id. A system's rate is 80% of the records over the time
 between the 10% and 90% marks (start-up and the last commit are not counted); its start-up
 is the time from launch to the first visible record, and its end-to-end rate is all the
 records over the time from launch to the last one visible (start-up included: the figure
@@ -13,6 +14,9 @@ Systems alternate within each repetition (the order flips every repetition) so a
 spell of the machine hits all of them. Every run must deliver every id exactly once (a run
 cut by the budget: no id twice), or the table says what it got (the Beam pipeline writes
 at least once; a clean run still has no duplicates).
+
+Each run also counts the CPU its own processes, the broker's and the service's used per
+million records over the same span (CpuPerRecord).
 
 Results: a table on stdout, bench/results/compare.{txt,json,png}.
 """
@@ -451,15 +455,32 @@ def stop_system(proc: subprocess.Popen, system: str) -> str:
 
 
 class Observer(threading.Thread):
-    """Reads a topic with read_committed from the start and notes when each record shows."""
+    """Notes when each record of a topic becomes visible to read_committed readers, and
+    reads them all to check that every id shows once.
+
+    Visibility is timed from the broker, not from this reader: every CLOCK_S the clock
+    asks for the partitions' last stable offsets (ListOffsets, read_committed: the end
+    of what such a reader may see) and appends one time per newly visible offset to
+    `times`. A Python reader cannot keep up with the fastest systems here (one
+    confluent-kafka consumer read a pre-filled topic at ~130-190k records/s on this
+    machine), so timing its reads would rate the reader. An offset is a record or a
+    transaction's commit marker (one per partition a transaction wrote to, about three
+    a second at 1 s commits): against tens of thousands of records a second, noise.
+
+    The reader fills `ids` and counts `read`; `done` is set once it has every id."""
+
+    CLOCK_S = 0.05
 
     def __init__(self, bootstrap: str, topic: str, expected: int):
         super().__init__(daemon=True, name=f"observer-{topic}")
         from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka.admin import AdminClient
 
+        self.topic = topic
         self.expected = expected
-        self.times: list[float] = []
+        self.times: list[float] = []  # a visible time per offset, from the clock
         self.ids: set[int] = set()
+        self.read = 0
         self.done = threading.Event()
         self.stop = threading.Event()
         self.consumer = Consumer(
@@ -469,9 +490,41 @@ class Observer(threading.Thread):
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 50,
+                "fetch.max.bytes": 104_857_600,
+                "max.partition.fetch.bytes": 10_485_760,
             }
         )
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.clock = threading.Thread(target=self._clock, daemon=True, name=f"clock-{topic}")
+
+    def start(self) -> None:
+        super().start()
+        self.clock.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        self.clock.join(timeout)
+
+    def visible(self) -> int | None:
+        """The offsets a read_committed reader may see now, over all partitions."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        asked = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+        try:
+            answers = self.admin.list_offsets(
+                asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5
+            )
+            return sum(future.result().offset for future in answers.values())
+        except Exception:  # the topic not there yet, a slow answer: the next tick asks again
+            return None
+
+    def _clock(self) -> None:
+        while not self.stop.wait(self.CLOCK_S):
+            count = self.visible()
+            if count is not None:
+                note_visible(self.times, count, time.monotonic())
 
     def run(self) -> None:
         import orjson
@@ -479,11 +532,10 @@ class Observer(threading.Thread):
         try:
             while not self.stop.is_set():
                 messages = self.consumer.consume(num_messages=5000, timeout=0.2)
-                now = time.monotonic()
                 for message in messages:
                     if message.error() or message.value() is None:
                         continue
-                    self.times.append(now)
+                    self.read += 1
                     try:
                         self.ids.add(int(orjson.loads(message.value())["id"]))
                     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -492,6 +544,13 @@ class Observer(threading.Thread):
                     self.done.set()
         finally:
             self.consumer.close()
+
+
+def note_visible(times: list[float], count: int, now: float) -> None:
+    """`count` offsets are visible at `now`: one time for each one not seen before. A count
+    lower than before (a slow answer overtaken by a later one) changes nothing."""
+    if count > len(times):
+        times.extend([now] * (count - len(times)))
 
 
 class Launched:
@@ -626,7 +685,7 @@ def measure(
             watcher.join(60)
     delete_topics(bootstrap, topics)
     rate, startup, e2e, error = figures(
-        observer.times, len(observer.ids), case.records, started, cut, error
+        observer.times, len(observer.ids), case.records, started, cut, error, observer.read
     )
     rss_mb = statistics.median(rss) if rss else None
     return Run(
@@ -636,7 +695,7 @@ def measure(
         rate,
         startup,
         e2e,
-        len(observer.times),
+        observer.read,
         len(observer.ids),
         error,
         rss_mb,
@@ -668,13 +727,22 @@ def progress(case: Case, seen: int, since_first: float | None) -> float:
 
 
 def figures(
-    times: list[float], distinct: int, records: int, started: float, cut: bool, error: str
+    times: list[float],
+    distinct: int,
+    records: int,
+    started: float,
+    cut: bool,
+    error: str,
+    read: int | None = None,
 ) -> tuple[float | None, float | None, float | None, str]:
     """(rate, start-up, end-to-end rate, error) of a run from when each record became
     visible. The rate is 80% of the records over the time between the 10% and 90% marks
     of what was seen: all the records, or what a run cut by its budget wrote (such a run
-    cannot show every id, but it still must not show one twice)."""
+    cannot show every id, but it still must not show one twice). `read`: the records
+    the reader read (Observer.read), against which `distinct` shows duplicates; by
+    default one a visible time."""
     seen = len(times)
+    read = seen if read is None else read
     complete = distinct >= records
     if not complete and not cut and not error:
         error = f"{distinct} of {records} ids"
@@ -686,8 +754,8 @@ def figures(
     if (complete or cut) and seen >= 10:
         t10, t90 = times[int(seen * 0.1)], times[int(seen * 0.9) - 1]
         rate = 0.8 * seen / max(t90 - t10, 1e-3)
-    if seen > distinct:
-        error = (error + "; " if error else "") + f"{seen - distinct} duplicates"
+    if read > distinct:
+        error = (error + "; " if error else "") + f"{read - distinct} duplicates"
     return rate, startup, e2e, error
 
 
@@ -1040,6 +1108,9 @@ def main(argv: list[str] | None = None) -> None:
         "parallelism 2 (project-cluster-p2, -alo): not in the full table, where it measured "
         "no faster than one local run (bench/results/compare-cluster-p2.txt)",
     )
+    parser.add_argument(
+        "--label", help="write bench/results/compare-LABEL.* (a partial run's own name)"
+    )
     parser.add_argument("--cases", help="comma-separated case names to run")
     parser.add_argument("--systems", help="comma-separated systems to run")
     parser.add_argument(
@@ -1130,6 +1201,7 @@ def main(argv: list[str] | None = None) -> None:
     # A run of some cases or systems does not replace the full table.
     partial = bool(args.cases or args.systems or args.records or args.reps != 3)
     name = "compare-quick" if args.quick else "compare-partial" if partial else "compare"
+    name = f"compare-{args.label}" if args.label else name
     (RESULTS / f"{name}.txt").write_text(text + "\n")
     (RESULTS / f"{name}.json").write_text(
         json.dumps(

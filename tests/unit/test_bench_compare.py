@@ -27,6 +27,25 @@ def test_a_complete_run_is_rated_over_its_middle_80_percent():
     assert e2e == pytest.approx(1000 / times[-1])
 
 
+def test_visibility_is_one_time_per_offset_the_broker_shows_and_never_goes_back():
+    from bench.compare import note_visible
+
+    times: list[float] = []
+    note_visible(times, 3, 1.0)
+    note_visible(times, 3, 1.05)  # nothing new
+    note_visible(times, 2, 1.1)  # an older answer: nothing changes
+    note_visible(times, 5, 1.2)
+    assert times == [1.0, 1.0, 1.0, 1.2, 1.2]
+
+
+def test_duplicates_are_what_the_reader_read_beyond_the_distinct_ids():
+    times = steady(1000, 100.0)
+    _, _, _, error = figures(times, 1000, 1000, 0.0, cut=False, error="", read=1003)
+    assert error == "3 duplicates"
+    _, _, _, error = figures(times, 1000, 1000, 0.0, cut=False, error="", read=1000)
+    assert error == ""
+
+
 def test_a_run_short_of_its_records_fails_unless_its_budget_cut_it():
     times = steady(400, 100.0)
     rate, _, e2e, error = figures(times, 400, 1000, 0.0, cut=False, error="")
