@@ -118,12 +118,13 @@ test-unit: venv jars schemas prometheus ## unit tests only (no broker, no cluste
 test-integration: venv jars beam-setup images prometheus ## integration tests only
 	$(PY) -m pytest $(TEST_WORKERS) -m "integration or cluster" $(PYTEST_ARGS)
 
-bench: venv jars kafka-up wrk ## the jobs against Quix Streams with each case's measured limit, then latency, a 10-minute soak and the profiles: tables, JSON, PNGs, flame graphs in bench/results
+bench: venv jars kafka-up wrk ## the jobs against Quix Streams and Bytewax with each case's limit and CPU per record, then latency, a 10-minute soak and the profiles (JVM and Python): tables, JSON, PNGs, flame graphs in bench/results
 	$(PY) -m bench.compare
 	$(PY) -m bench.latency
 	$(PY) -m bench.soak
 	$(PY) -m bench.profile --case enrich-50ms
 	$(PY) -m bench.profile --case copy-json
+	$(PY) -m bench.profile --case copy-bytes --records 5000000 --window 5
 	$(PY) -m bench.inner_loop
 
 bench-soak: venv jars kafka-up ## enrich held at 50% of make bench's rate for 10 minutes: memory, checkpoint duration, backlog over time
@@ -141,7 +142,7 @@ wrk: ## Debian's wrk, the load generator that measures the enrichment service's 
 bench-quick: venv jars kafka-up ## a few minutes of `make bench`: fewer records and cases
 	$(PY) -m bench.compare --quick
 
-profile: venv jars kafka-up ## where enrich-50ms's time goes: CPU per process, a py-spy flame graph (bench/results/profile-*)
+profile: venv jars kafka-up ## where enrich-50ms's time goes: CPU per process and JVM thread, JFR's hot frames, a py-spy flame graph (bench/results/profile-*)
 	$(PY) -m bench.profile $(PROFILE_ARGS)
 
 chaos: venv jars images ## every fault x 3 trials x 50,000 records on the topology: bench/results/chaos.*, table in docs/exactly-once.md
