@@ -16,17 +16,14 @@ measures it for `copy-json` and `enrich-50ms`:
   begins (start-up is not latency); the first `--warmup` seconds of load are not counted,
   the next `--measure` seconds are, and the load goes on a little longer so the last
   measured records are not the last ever written (a count window must close on them).
-  The warm-up is 15 s: a fresh job JVM at 49k records/s left a backlog that took 10 s to
-  drain (p99 of each 5 s of load, 2026-12-06: 2.4-3.5 s in the first 5 s, 2.2-2.6 s in
-  the next, 1.1-1.5 s after), and each point starts its system afresh;
+  The warm-up is 15 s: a fresh job JVM at 49k records/s leaves a backlog that takes about
+  10 s to drain (the p99 of each 5 s of load falls from 2.4-3.5 s to 1.1-1.5 s over the
+  first 15 s), and each point starts its system afresh;
 - points are run first and not recorded until the broker is warm: until two in a row
-  took the broker's CPU within 10% of each other (at least 2, at most 4). The first run
-  after the broker started took 0.70 cores in the broker, against 0.26-0.36 in the runs
-  after it, starved the job and gave a p99 of 28 s (2026-12-06); one unrecorded point was
-  not always enough: on a broker started with the run, the first recorded point still had
-  it at 0.47 cores and a p99 of 2.22 s, where the same point on a warm broker gave 1.08 s
-  (twice; 2026-12-06). A broker in use is warm; a benchmark's first point should not
-  measure its JIT.
+  took the broker's CPU within 10% of each other (at least 2, at most 4). A broker just
+  started takes two to three times the CPU of a warm one while its JIT compiles, starves
+  the job beside it and doubles the p99 or worse; a single unrecorded point is not always
+  enough. A broker in use is warm; a benchmark's first point should not measure its JIT.
 
 Results: bench/results/latency.{txt,json,png}, the table copied into docs/performance.md.
 """

@@ -3,7 +3,7 @@
 Ports come from below Linux's ephemeral range (32768-60999) on purpose. A port found with
 bind(0) is released before the service binds it, and in that gap the kernel may hand it to any
 outgoing connection or any other bind(0); the KRaft controller's P+1 is worse still, as connect()
-prefers the even ports beside bind(0)'s odd ones. Two CI runs lost those races.
+prefers the even ports beside bind(0)'s odd ones.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ class ReadError(Exception):
 
 def client_conf(broker: Broker, **extra) -> dict:
     """A librdkafka config for `broker`, with `extra` on top. librdkafka's own log lines
-    go to a logger that drops them: they reached stderr raw ("%4|...|GETPID|... Coordinator
-    load in progress: retrying", a busy CI), where a command promises one line per error;
+    go to a logger that drops them: raw on stderr ("%4|...|GETPID|... Coordinator load in
+    progress: retrying", under a loaded broker) they would break a command's promise of one
+    line per error;
     what fails is reported from delivery reports and exceptions instead."""
     base = {"bootstrap.servers": broker} if isinstance(broker, str) else dict(broker)
     return {"logger": quiet_logger(), **base, **extra}

@@ -79,8 +79,8 @@ BESIDE_THE_REST = frozenset(
         "test_templates.py",
         "test_secure_kafka.py",
         "test_stopping.py",
-        # Measured (busy CI, 23d8508): the topology, Beam, copies, secure broker and
-        # stopping took ~2,450 s, the rest ~3,200 s; these three (~400 s) even it out.
+        # With one core kept busy the topology, Beam, copies, secure broker and stopping take
+        # ~2,450 s, the rest ~3,200 s; these three (~400 s) even it out.
         "test_start_modes.py",
         "test_record_metadata.py",
         "test_windowed_idleness.py",

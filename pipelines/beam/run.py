@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 # (27 s, every stop within 30 s) time to end what is left.
 CANCEL_TIMEOUT_S = 18.0
 # How long a failed pipeline waits to learn whether a Java service's exit caused it: a
-# killed process's sockets close before its exit is reported, and a busy CI once saw the
-# runner fail in between.
+# killed process's sockets close before its exit is reported, and on a loaded machine the
+# runner can fail in between.
 DEAD_SERVICE_GRACE_S = 5.0
 TERMINAL = {"DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"}
 

@@ -210,7 +210,7 @@ def mini_cluster_rest_url(client) -> str:
     """The REST address the mini-cluster bound, read from the job client.
 
     The mini-cluster binds port 0 and the kernel picks: choosing a free port beforehand and
-    handing it over raced with every other bind in the JVM (a CI run lost that race). PyFlink
+    handing it over races with every other bind in the JVM. PyFlink
     has no accessor for the address, so this reads MiniClusterJobClient's cluster (Flink 2.2).
     """
     j_client = java_job_client(client)

@@ -126,10 +126,10 @@ _GUARANTEES = {
 
 
 # Kafka's producer fills batches of 16 KiB (about a hundred of the bench's 150-byte
-# records) per partition; 256 KiB ones took the validating copy from 71,476 to 89,066
-# records/s and the enrichment at 5 ms from 34,208 to 46,472 (make bench's cases, side by
-# side, 2026-12-05: docs/performance.md). A batch still goes out after linger.ms (Kafka's
-# 5 ms) however full, so no record waits longer for it; kafka.properties.batch.size wins.
+# records) per partition; 256 KiB ones measured faster for the validating copy and the
+# enrichment (docs/performance.md, "Sizing a job"). A batch still goes out after linger.ms
+# (Kafka's 5 ms) however full, so no record waits longer for it; kafka.properties.batch.size
+# wins.
 SINK_BATCH_BYTES = 262_144
 
 

@@ -65,8 +65,8 @@ def _proc(p: psutil.Process, info: dict | None = None) -> Proc | None:
 def _threads_left(p: psutil.Process) -> bool:
     """Whether a process whose main thread shows as a zombie still has threads running: the
     main thread of a JVM exiting under SIGKILL can end before the rest, and taking that for
-    the end let ProcessGroups.end() return with a Beam Java service still running, not yet
-    waitable (busy CI, 2026-12-06). A process that has fully exited counts 1 thread."""
+    the end would let ProcessGroups.end() return with a Beam Java service still running,
+    not yet waitable. A process that has fully exited counts 1 thread."""
     try:
         return p.num_threads() > 1
     except (psutil.Error, ValueError):
@@ -187,8 +187,8 @@ def group_alive(pgid: int) -> bool:
 def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:
     """SIGTERM each group, wait up to `grace_s` for it to empty, then SIGKILL what is left
     and wait (up to KILL_WAIT_S) until it has exited: SIGKILL is delivered, not waited for,
-    and a JVM takes a while to exit. Returning earlier let a caller find a killed Beam Java
-    service still running (a busy CI run, 2026-12-06)."""
+    and a JVM takes a while to exit: returning earlier would let a caller find a killed Beam
+    Java service still running."""
     for pgid in pgids:
         try:
             os.killpg(pgid, signal.SIGTERM)
@@ -293,9 +293,9 @@ def start_time(pid: int) -> float | None:
 def start_identity(pid: int) -> float | None:
     """A value that, with the pid, names one process over time; None when it is gone or a
     zombie. On Linux its start in seconds since boot: psutil's start time adds the boot
-    time, which it reads again on every call and which moves when the clock is stepped, so
-    a pid file once named a live broker as another process and it was never stopped (two
-    brokers left running after a busy CI run). Elsewhere the start psutil reports."""
+    time, which it reads again on every call and which moves when the clock is stepped: a
+    pid file would then name a live broker as another process, and it would never be
+    stopped. Elsewhere the start psutil reports."""
     try:
         p = psutil.Process(pid)
         if p.status() == psutil.STATUS_ZOMBIE:
@@ -387,7 +387,7 @@ class PidFile:
         seen = command_line(pid)
         if started is not None and not seen and not environment(pid):
             # Its own start time and nothing readable: still inside execve, for longer than
-            # the wait (a busy CI machine once). The start time names it; it is the process.
+            # the wait (a loaded machine). The start time names it; it is the process.
             return pid
         self._stale(f"pid {pid} is another process now: {_shown(seen)}")
         return None

@@ -103,8 +103,8 @@ class ProgressMonitor:
         triggers made while the tasks start (a Python stage starts its worker inside its
         task) are declined, and the next one comes an interval later: with 5 s checkpoints
         the first output waited up to 5 s after the job was ready. Our own trigger can fail
-        like any checkpoint (a task restarting, a busy machine), and trusting one try once
-        left a CI run, at an hour's interval, with no output in 120 s: its outcome is read
+        like any checkpoint (a task restarting, a busy machine), and a job with an hour's
+        interval would then show nothing for an hour: its outcome is read
         back by its request id (uncached, unlike the API's statistics) and a failed one is
         made again, a second apart."""
         job_path = f"/jobs/{self.job_id}"

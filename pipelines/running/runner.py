@@ -203,9 +203,8 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
         **MINI_CLUSTER_ON_LOOPBACK,
         "metrics.fetcher.update-interval": "2 s",
         # The REST API serves a job's exceptions and checkpoints from a cache this old (3 s
-        # by default). A restart near the end of a short job was then seen by no poll before
-        # the job finished and its mini-cluster shut down: "failure #1" went unreported
-        # (busy CI, 2026-12-06).
+        # by default): a restart near the end of a short job could be seen by no poll before
+        # the job finished and its mini-cluster shut down, and go unreported.
         "web.refresh-interval": "500 ms",
         **(extra_conf or {}),
     }

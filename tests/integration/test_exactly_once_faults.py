@@ -251,8 +251,8 @@ def test_killed_minicluster_process_resumes_from_latest_checkpoint(
     try:
         # Killed while a transaction holds records: a quarter committed, and more written
         # but not yet committed (between two checkpoints there may be none for a moment).
-        # Seen open, the transaction could still commit before the kill (busy CI: the
-        # checkpoint completed in between and the next one had nothing written yet), so the
+        # Seen open, the transaction could still commit before the kill (the checkpoint
+        # completing in between, the next one with nothing written yet), so the
         # run is frozen first and killed only if a transaction is still open then.
         while True:
             wait_until(

@@ -2,7 +2,7 @@
 
 Exactly-once output is visible only once a checkpoint completes. Flink's periodic triggers
 made while the tasks start (a Python stage starts its worker inside its task) are declined,
-and the next comes an interval later; the run no longer waits for it. With an interval of
+and the next comes an interval later; the run does not wait for it. With an interval of
 an hour the periodic first trigger falls, at random, anywhere in that hour: a checkpoint
 within the test's deadline comes from the run's own trigger (without it this test fails
 about 49 times in 50).

@@ -65,7 +65,7 @@ def test_transaction_limit_is_read_live_from_the_broker(tmp_path, names):
 
 
 def test_taken_controller_port_is_named_before_the_broker_starts(tmp_path):
-    """The KRaft controller binds port+1; a clash there used to surface as a Java stack trace."""
+    """The KRaft controller binds port+1: a clash there is one line, not a Java stack trace."""
     port = free_ports(2)
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", port + 1))
@@ -88,7 +88,7 @@ def test_missing_topics_are_named(kafka, names):
 
 
 def test_missing_late_topic_is_named_for_a_job_made_from_the_windowed_one(kafka, names):
-    """Preflight used to check window.late_topic only for a job named `windowed`."""
+    """Preflight checks window.late_topic for any job that has one, whatever its name."""
     create_topics(kafka, {names("in"): 3, names("out"): 1, names("dlq"): 1})
     settings = load_settings(
         "windowed",

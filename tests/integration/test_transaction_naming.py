@@ -85,7 +85,7 @@ def test_pooling_reuses_a_few_transactional_ids_where_incrementing_takes_one_per
     assert len(dead) == len(sent) - len(good) == fed // 100
 
     # Incrementing (the default) takes a new id per checkpoint for each of the two sinks,
-    # output and dead letters: 2 x 7 of them in a run like this (measured 2026-12-06).
+    # output and dead letters: about 2 x 7 of them in a run like this.
     # Pooling: a pool per sink subtask, grown only while a commit is outstanding (2 each).
     ids = transactional_ids(kafka, names("tx"))
     assert 2 * completed > 8 and 2 <= len(ids) <= 8, (completed, sorted(ids))

@@ -60,7 +60,7 @@ def test_slices_give_each_spans_p99_so_a_backlog_shows_its_shape():
 
 
 def test_the_broker_is_warm_when_two_points_in_a_row_agree_on_its_cpu():
-    # 2026-12-06, a broker started with the run: 0.70 then 0.47 cores in the copy at 50%,
+    # Measured on a broker started with the run: 0.70 then 0.47 cores in the copy at 50%,
     # 0.27-0.29 once warm (0.27 and 0.26 in two points in a row on a broker in use)
     assert not broker_settled([])
     assert not broker_settled([0.27])  # one point says nothing of a trend

@@ -225,7 +225,7 @@ def function_level_imports(path: Path, package: str) -> list[tuple[int, str]]:
 
 
 def test_the_projects_own_modules_are_imported_at_the_top():
-    """An import inside a function hides a module's dependencies (and used to hide a cycle);
+    """An import inside a function hides a module's dependencies (and can hide a cycle);
     the few that must wait say why (`# lazy: ...`)."""
     offenders = {
         str(path.relative_to(ROOT)): found

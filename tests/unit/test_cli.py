@@ -148,7 +148,7 @@ def test_stop_signals_raise_once_then_force_and_the_watchdog_can_be_called_off()
 
 def test_our_stop_caught_and_logged_by_a_library_prints_no_stack_trace():
     """Py4J's send_command logs a KeyboardInterrupt on the root logger with its trace, then
-    raises it on: our stop, arriving inside a Py4J call, printed that trace (a CI run)."""
+    raises it on: our stop, arriving inside a Py4J call, would print that trace."""
     import logging
     import os
     import signal

@@ -75,8 +75,8 @@ def test_cluster_ids_are_kraft_shaped_and_fresh():
 
 
 def test_a_cluster_id_never_starts_with_a_dash():
-    """kafka-storage reads `--cluster-id -x...` as an option and the broker container exits:
-    1 start in 64 before the fix (seen in CI)."""
+    """kafka-storage reads `--cluster-id -x...` as an option and the broker container exits;
+    a random base64 id starts with a dash once in 64."""
     from pipelines_dev.containers import cluster_id
 
     ids = [cluster_id() for _ in range(3000)]

@@ -90,7 +90,7 @@ def test_a_process_read_the_moment_it_started_is_the_one_that_wrote_the_file(tmp
 def test_a_process_still_inside_execve_is_the_one_its_start_time_names(
     tmp_path, bystander, monkeypatch
 ):
-    # The busy CI once saw the window above outlast its 2 s wait. Held open here: nothing of
+    # On a loaded machine the window above can outlast its 2 s wait. Held open here: nothing of
     # the process readable, as inside execve. Its recorded start time still names it.
     monkeypatch.setattr(processes, "command_line", lambda pid: "")
     monkeypatch.setattr(processes, "environment", lambda pid: {})
