@@ -125,6 +125,7 @@ bench: venv jars kafka-up wrk ## the jobs against Quix Streams and Bytewax with 
 	$(PY) -m bench.profile --case enrich-50ms
 	$(PY) -m bench.profile --case copy-json
 	$(PY) -m bench.profile --case copy-bytes --records 5000000 --window 5
+	$(PY) -m bench.startup
 	$(PY) -m bench.inner_loop
 
 bench-soak: venv jars kafka-up ## enrich held at 50% of make bench's rate for 10 minutes: memory, checkpoint duration, backlog over time
