@@ -1,7 +1,8 @@
 """`make profile`: where one case's time goes, measured while the project's job runs it.
 
 The job runs the case exactly as `make bench` runs it (same input, service, observer and
-settings). Once a fifth of the output is visible, for `--window` seconds:
+settings). Once `--at` of the output is visible (a fifth by default; later in a long input
+for a JVM whose JIT has finished compiling), for `--window` seconds:
 
 - the CPU time of every process taking part (pipelines.running.processes): the CLI
   (which hosts the Python worker in a local run: Flink's loopback mode), the job's JVM,
@@ -74,7 +75,7 @@ def hottest_frames(svg: Path, count: int = 25) -> tuple[int, list[tuple[int, str
 
 
 class Sampler:
-    """Runs beside `measure`: waits for a fifth of the output, then samples one window."""
+    """Runs beside `measure`: waits for `at` of the output, then samples one window."""
 
     def __init__(
         self,
@@ -84,16 +85,18 @@ class Sampler:
         others: dict[str, int | None],
         in_the_jvm: bool = False,
         jfr: Path | None = None,
+        at: float = 0.2,
     ):
         self.case, self.window_s, self.svg, self.others = case, window_s, svg, others
         self.jfr = jfr  # where the JVM's flight recording of the window goes
+        self.at = at  # the share of the output visible when the window starts
         # Thread mode: the stage's Python runs inside the JVM (pemja), and py-spy reads the
         # interpreter there; the CLI's own Python then only watches the job.
         self.in_the_jvm = in_the_jvm
         self.result: dict | None = None
 
     def __call__(self, proc: subprocess.Popen, observer: Observer) -> None:
-        while len(observer.times) < self.case.records * 0.2:
+        while len(observer.times) < self.case.records * self.at:
             if observer.done.is_set() or observer.stop.is_set() or proc.poll() is not None:
                 return
             time.sleep(0.2)
@@ -133,6 +136,7 @@ class Sampler:
             recording.dump()
         rate = (len(observer.times) - seen_before) / elapsed
         self.result = {"window_s": elapsed, "rate": rate, "cores": cores, "spied": labels[spied]}
+        self.result["at"] = self.at
         self.result["jvm_threads"] = by_thread
 
     def spy(self, pid: int) -> None:
@@ -164,7 +168,7 @@ def report(case_name: str, label: str, result: dict, svg: Path, jfr: Path | None
     rate, window = result["rate"], result["window_s"]
     lines = [
         f"profile of {case_name} ({label}): {window:.0f} s window at {rate:,.0f} records/s "
-        "visible (read_committed)",
+        f"visible (read_committed), from {result.get('at', 0.2):.0%} of the output",
         "",
         f"{'process':36} {'cores':>6} {'us CPU/record':>14}",
         "-" * 58,
@@ -196,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--case", default="enrich-50ms")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument(
+        "--at", type=float, default=0.2, help="share of the output visible when the window starts"
+    )
     parser.add_argument("--label", default="", help="a suffix for the result files")
     parser.add_argument(
         "--set",
@@ -219,7 +226,13 @@ def main(argv: list[str] | None = None) -> None:
     with broker_and_service(case.latency_ms) as (broker, service):
         others = {"Kafka broker": broker.pid(), "enrichment service": service.pid_file.live()}
         sampler = Sampler(
-            case, args.window, svg, others, in_the_jvm=in_the_jvm(case, args.sets), jfr=jfr
+            case,
+            args.window,
+            svg,
+            others,
+            in_the_jvm=in_the_jvm(case, args.sets),
+            jfr=jfr,
+            at=args.at,
         )
         source = fill_input(case, broker.bootstrap)
         try:
