@@ -249,20 +249,12 @@ PEERS = ("quix", "quix-tuned", "bytewax", "bytewax-tuned")
 
 # Bytewax as an expert writes it for 2 cores (bench/peers/bytewax_lean.py): its processes,
 # poll size and lookups in flight, chosen by measurement (docs/performance.md).
-LEAN_BYTEWAX = {
-    "copy-bytes": ["--work", "bytes", "--batch", "10000"],
-    "copy-json": ["--work", "json", "--batch", "10000"],
-    "enrich": [
-        "--work",
-        "enrich",
-        "--batch",
-        "10000",
-        "--lookup-batch",
-        "1000",
-        "--in-flight",
-        "32",
-    ],
+LEAN_BYTEWAX: dict[str, list[str]] = {
+    "copy-bytes": ["--processes", "2", "--batch", "10000"],
+    "copy-json": ["--processes", "2", "--batch", "10000"],
+    "enrich": "--processes 2 --batch 10000 --lookup-batch 1000 --in-flight 32".split(),
 }
+LEAN_WORK = {"copy-bytes": "bytes", "copy-json": "json", "enrich": "enrich"}
 
 
 def lean_bytewax_command(
@@ -270,7 +262,8 @@ def lean_bytewax_command(
 ) -> list[str]:
     cmd = [sys.executable, "-m", "bench.peers.bytewax_lean", "--commit-interval", f"{interval_s:g}"]
     cmd += ["--bootstrap", bootstrap, "--source", source, "--sink", f"{tag}-out"]
-    cmd += ["--group", tag, "--state-dir", "-", "--processes", "2", *LEAN_BYTEWAX[case.kind]]
+    cmd += ["--group", tag, "--state-dir", "-", "--work", LEAN_WORK[case.kind]]
+    cmd += LEAN_BYTEWAX[case.kind]
     return cmd + (["--url", service_url] if case.kind == "enrich" else [])
 
 

@@ -11,6 +11,12 @@ committed beside it (bench/results/peer-search.{txt,json}): `quix-tuned` and `by
   records per key) and the lookup pattern (one POST per window, or a GET per record with a
   window's GETs concurrent on a thread pool).
 - Bytewax: records per source poll and worker threads (1 or 3: one per partition).
+- Bytewax as an expert writes it (`bytewax-tuned`, bench/peers/bytewax_lean.py): processes
+  (1 to 3), records per source poll, and for enrichment records per lookup batch and
+  lookups in flight per process. Its best go into `bench.compare.LEAN_BYTEWAX`.
+
+`--peers bytewax-tuned --label NAME` writes peer-search-NAME.* beside the others' table;
+`--records` sizes every kind's input (the lean peer needs more to run for long enough).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import sys
 from dataclasses import asdict, replace
 
 from bench.compare import (
+    LEAN_BYTEWAX,
     PEER_TUNED,
     RESULTS,
     Case,
@@ -40,6 +47,19 @@ CASES = {
 
 def candidates(peer: str, kind: str) -> list[list[str]]:
     """Every setting of `peer` tried for a kind of case (the empty list: its defaults)."""
+    if peer == "bytewax-tuned":
+        if kind == "enrich":
+            return [
+                ["--processes", n, "--batch", "10000", "--lookup-batch", b, "--in-flight", f]
+                for n in ("1", "2")
+                for b in ("500", "1000")
+                for f in ("16", "32", "64")
+            ]
+        return [
+            ["--processes", n, "--batch", b]
+            for n in ("1", "2", "3")
+            for b in ("5000", "10000", "20000")
+        ]
     if peer == "quix":
         commits = [["--commit-interval", "1"], ["--commit-interval", "5"]]
         if kind != "enrich":
@@ -57,17 +77,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", default="quix,bytewax")
     parser.add_argument("--kinds", default=",".join(CASES))
+    parser.add_argument("--records", type=int, help="records for every kind's input")
+    parser.add_argument("--label", help="write peer-search-LABEL.* instead of peer-search.*")
     args = parser.parse_args(argv)
     rows: list[dict] = []
     with broker_and_service(50) as (broker, service):
         for kind in args.kinds.split(","):
             case = CASES[kind]
+            if args.records:
+                case = replace(case, records=args.records)
             source = fill_input(case, broker.bootstrap)
             try:
                 for peer in args.peers.split(","):
                     system = "quix-tuned" if peer == "quix" else peer
                     for settings in candidates(peer, kind):
-                        PEER_TUNED[peer][kind] = settings
+                        if peer == "bytewax-tuned":
+                            LEAN_BYTEWAX[kind] = settings
+                        else:
+                            PEER_TUNED[peer][kind] = settings
                         run = measure(
                             case,
                             system,
@@ -80,20 +107,21 @@ def main(argv: list[str] | None = None) -> None:
                         row = {"kind": kind, "peer": peer, "settings": " ".join(settings)}
                         rows.append({**row, **asdict(replace(run, case=case.name))})
                         rate = f"{run.rate:,.0f}/s" if run.rate else "-"
-                        print(f"{kind:11} {peer:8} {row['settings']:40} {rate:>12} {run.error}")
+                        print(f"{kind:11} {peer:13} {row['settings']:40} {rate:>12} {run.error}")
                         sys.stdout.flush()
             finally:
                 delete_topics(broker.bootstrap, [source])
-    lines = [f"{'kind':11} {'peer':8} {'settings':40} {'records/s':>10}  notes", "-" * 80]
+    lines = [f"{'kind':11} {'peer':13} {'settings':40} {'records/s':>10}  notes", "-" * 80]
+    name = f"peer-search-{args.label}" if args.label else "peer-search"
     for row in sorted(rows, key=lambda r: (r["kind"], r["peer"], -(r["rate"] or 0))):
         rate = f"{row['rate']:,.0f}" if row["rate"] else "-"
         lines.append(
-            f"{row['kind']:11} {row['peer']:8} {row['settings']:40} {rate:>10}  {row['error']}"
+            f"{row['kind']:11} {row['peer']:13} {row['settings']:40} {rate:>10}  {row['error']}"
         )
     text = "\n".join(lines)
     print(text)
-    (RESULTS / "peer-search.txt").write_text(text + "\n")
-    (RESULTS / "peer-search.json").write_text(json.dumps(rows, indent=2))
+    (RESULTS / f"{name}.txt").write_text(text + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
