@@ -248,10 +248,12 @@ PEER_TUNED: dict[str, dict[str, list[str]]] = {
 PEERS = ("quix", "quix-tuned", "bytewax", "bytewax-tuned")
 
 # Bytewax as an expert writes it for 2 cores (bench/peers/bytewax_lean.py): its processes,
-# poll size and lookups in flight, chosen by measurement (docs/performance.md).
+# poll size and lookups in flight, the best of `bench.peer_search --peers bytewax-tuned`
+# (bench/results/peer-search-bytewax-tuned-*.txt; the copies' nine candidates all ran
+# within 152-162k records/s here, so the two processes stay for a machine where they pay).
 LEAN_BYTEWAX: dict[str, list[str]] = {
-    "copy-bytes": ["--processes", "2", "--batch", "10000"],
-    "copy-json": ["--processes", "2", "--batch", "10000"],
+    "copy-bytes": ["--processes", "2", "--batch", "20000"],
+    "copy-json": ["--processes", "2", "--batch", "20000"],
     "enrich": "--processes 2 --batch 10000 --lookup-batch 1000 --in-flight 32".split(),
 }
 LEAN_WORK = {"copy-bytes": "bytes", "copy-json": "json", "enrich": "enrich"}

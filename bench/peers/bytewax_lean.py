@@ -26,12 +26,14 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from urllib.parse import urlsplit
 
 import orjson
 
 from bench.peers import peer_arguments
+
+IDLE_POLL = timedelta(milliseconds=5)  # how soon an idle partition is polled again
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -61,19 +63,28 @@ def source(args):
                     "bootstrap.servers": args.bootstrap,
                     "group.id": args.group,
                     "enable.auto.commit": False,
-                    "fetch.min.bytes": 1,
+                    "fetch.max.bytes": 104_857_600,
+                    "max.partition.fetch.bytes": 10_485_760,
                     "queued.min.messages": args.batch * 2,
                 }
             )
             start = OFFSET_BEGINNING if resume is None else resume
             self.consumer.assign([TopicPartition(args.source, partition, start)])
             self.offset = resume
+            self.awake: datetime | None = None
 
         def next_batch(self):
-            messages = self.consumer.consume(args.batch, 0.05)
+            # What the client has fetched already, never a wait: Bytewax's worker runs
+            # every partition and step on one thread, so a blocking poll stalls them all.
+            messages = self.consumer.consume(args.batch, 0)
+            now = datetime.now(timezone.utc)
+            self.awake = None if messages else now + IDLE_POLL
             if messages:
                 self.offset = messages[-1].offset() + 1
             return [(m.key(), m.value()) for m in messages if m.error() is None]
+
+        def next_awake(self):
+            return self.awake
 
         def snapshot(self):
             return self.offset
