@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import signal
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench.compare import page_with_table
+from bench.compare import page_with_table, stop_on_signals
 from pipelines.running.paths import local_state
 from pipelines_dev.faults import ALL_FAULTS, Result, run_trial
 from pipelines_dev.topology import Topology
@@ -58,9 +57,7 @@ def table(results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Ctrl-C and SIGTERM end it through the `finally` below, which removes the topology.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_signals()  # the `finally` below removes the topology
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -1071,11 +1071,16 @@ def copy_to_page(results_name: str, block) -> None:
     PAGE.write_text(page_with_table(PAGE.read_text(), text, block))
 
 
-def main(argv: list[str] | None = None) -> None:
-    # However it was started (`make bench &` inherits SIGINT as ignored), Ctrl-C and SIGTERM
-    # end it through the `finally` below, which stops the runs and the service it started.
+def stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM unwind a benchmark however it was started (`make bench &`
+    inherits SIGINT as ignored), so its `finally` blocks stop the runs, the service and
+    whatever else it started."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def main(argv: list[str] | None = None) -> None:
+    stop_on_signals()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

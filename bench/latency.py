@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 import threading
@@ -53,6 +52,7 @@ from bench.compare import (
     broker_and_service,
     copy_to_page,
     launched,
+    stop_on_signals,
     system_command,
 )
 from pipelines.running.processes import descendants
@@ -411,8 +411,7 @@ def chart(points: list[Point], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_signals()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -35,6 +35,7 @@ from bench.compare import (
     deadline_s,
     fill_input,
     measure,
+    stop_on_signals,
 )
 from pipelines_dev.topics import delete_topics
 
@@ -74,6 +75,7 @@ def candidates(peer: str, kind: str) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", default="quix,bytewax")
     parser.add_argument("--kinds", default=",".join(CASES))

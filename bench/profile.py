@@ -42,6 +42,7 @@ from bench.compare import (
     deadline_s,
     fill_input,
     measure,
+    stop_on_signals,
     use_tuning,
 )
 from bench.jvm_profile import Recording, ThreadCpu, summary
@@ -196,6 +197,7 @@ def report(case_name: str, label: str, result: dict, svg: Path, jfr: Path | None
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", default="enrich-50ms")
     parser.add_argument("--records", type=int, default=1_000_000)

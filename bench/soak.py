@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import sys
 import threading
@@ -46,6 +45,7 @@ from bench.compare import (
     broker_and_service,
     copy_to_page,
     launched,
+    stop_on_signals,
     system_command,
     tree_rss_mb,
 )
@@ -352,8 +352,7 @@ def run(rate: float, duration_s: float, warmup_s: float, every_s: float) -> Soak
 
 
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_signals()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -39,6 +39,7 @@ from bench.compare import (
     cases,
     fill_input,
     launched,
+    stop_on_signals,
     system_command,
 )
 from pipelines.running.processes import descendants, program_name
@@ -144,6 +145,7 @@ def table(timelines: dict[str, list[Timeline]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="copy-bytes,copy-json,enrich-50ms")
     parser.add_argument("--launches", type=int, default=3)
