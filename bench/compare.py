@@ -466,7 +466,9 @@ class Observer(threading.Thread):
 
     CLOCK_S = 0.05
 
-    def __init__(self, bootstrap: str, topic: str, expected: int):
+    def __init__(self, bootstrap: str, topic: str, expected: int, reading: bool = True):
+        """`reading=False`: the clock alone, for a caller that needs only when records
+        became visible (bench.startup), not which."""
         super().__init__(daemon=True, name=f"observer-{topic}")
         from confluent_kafka import Consumer, TopicPartition
         from confluent_kafka.admin import AdminClient
@@ -478,18 +480,20 @@ class Observer(threading.Thread):
         self.read = 0
         self.done = threading.Event()
         self.stop = threading.Event()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"obs-{topic}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 50,
-                "fetch.max.bytes": 104_857_600,
-                "max.partition.fetch.bytes": 10_485_760,
-            }
-        )
-        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        self.consumer: Consumer | None = None
+        if reading:
+            self.consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"obs-{topic}",
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": 50,
+                    "fetch.max.bytes": 104_857_600,
+                    "max.partition.fetch.bytes": 10_485_760,
+                }
+            )
+            self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.clock = threading.Thread(target=self._clock, daemon=True, name=f"clock-{topic}")
 
@@ -524,9 +528,12 @@ class Observer(threading.Thread):
     def run(self) -> None:
         import orjson
 
+        consumer = self.consumer
+        if consumer is None:
+            return
         try:
             while not self.stop.is_set():
-                messages = self.consumer.consume(num_messages=5000, timeout=0.2)
+                messages = consumer.consume(num_messages=5000, timeout=0.2)
                 for message in messages:
                     if message.error() or message.value() is None:
                         continue
@@ -538,7 +545,7 @@ class Observer(threading.Thread):
                 if len(self.ids) >= self.expected:
                     self.done.set()
         finally:
-            self.consumer.close()
+            consumer.close()
 
 
 def note_visible(times: list[float], count: int, now: float) -> None:

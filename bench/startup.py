@@ -90,12 +90,12 @@ def watch(case: Case, bootstrap: str, service_url: str, source: str, deadline_s:
     tag = f"startup-{case.name}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-out": PARTITIONS, f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
-    observer = Observer(bootstrap, f"{tag}-out", 1)
+    observer = Observer(bootstrap, f"{tag}-out", 1, reading=False)
     timeline = Timeline()
     rest = job_id = None
     try:
         started, wall = time.monotonic(), time.time()
-        observer.clock.start()  # the offsets only: the reader is not needed here
+        observer.start()
         with launched(
             "project",
             lambda state: system_command(
@@ -121,8 +121,7 @@ def watch(case: Case, bootstrap: str, service_url: str, source: str, deadline_s:
                 time.sleep(TICK_S)
     finally:
         observer.stop.set()
-        observer.clock.join(10)
-        observer.consumer.close()
+        observer.join(10)
         delete_topics(bootstrap, list(topics))
     return timeline
 
