@@ -7,8 +7,8 @@ tests/unit/test_public_api.py; a change to it is a change of the template's API)
 - `pipelines.lookups`: the enrichment client contract and the errors a client raises;
   `pipelines.lookups.http_demo` is one client, to copy or replace;
 - `pipelines.settings`: the typed settings a job reads;
-- `pipelines.jobs`: the job-module contract (`JobModule`, `Build`) and job discovery;
-- `pipelines.running.runner.job_main`: what a job module runs as `__main__`;
+- `pipelines.job`: a job's one declaration (`Job`: its build and its own sections, and
+  `job.main()`, what a job module runs as `__main__`);
 - `pipelines.testing`: a job's `build` over records from a list, no Kafka;
 - `pipelines.beam.transforms`: the Beam pipeline's composite transforms.
 

@@ -21,10 +21,10 @@ from pipelines.flink.jobmanager import DEFAULT_JOBMANAGER, JobManager
 from pipelines.kafka.clients import local_bootstrap
 from pipelines.kafka.offsets import OffsetWatcher
 from pipelines.running.errors import Failure, guarded
-from pipelines.running.loading import job_arguments, load, load_job, prepare
+from pipelines.running.loading import job_arguments, load, prepare
 from pipelines.running.logs import install_cli_handler
 from pipelines.running.paths import LOCAL_DIR, PROJECT_ROOT
-from pipelines.running.runner import run_local
+from pipelines.running.runner import check_local, run_local
 from pipelines.settings import SecretMask, effective_view
 from pipelines.settings.client_properties import librdkafka_config
 from pipelines.shipping.jars import fetch, resolve
@@ -214,15 +214,20 @@ def main(
     return code
 
 
+def configured(name: str):
+    """What a command that reads a job's config loads: the job by that name (its own
+    sections with it), or, for a Beam pipeline's config, the name alone."""
+    return jobs.load(name) if name in jobs.names() else name
+
+
 def _run(args) -> int:
-    load_job(args.job)
-    result = run_local(args.job, args)
+    result = run_local(jobs.load(args.job), args)
     return 0 if result.status in ("FINISHED", "CANCELED", "STOPPED") else 1
 
 
 def _package(args) -> int:
     args.skip_preflight = True
-    loaded = prepare(args.job, args)
+    loaded = prepare(jobs.load(args.job), args)
     out = Path(args.out) if args.out else PROJECT_ROOT / "dist" / args.job
     package = package_job(
         loaded,
@@ -246,14 +251,14 @@ def _package(args) -> int:
 def _doctor(args) -> int:
     args.skip_preflight = False
     args.from_checkpoint = None
-    prepare(args.job, args)
+    check_local(jobs.load(args.job), args)
     resolve()
-    print(f"{args.job}: config valid, preflight passed, jars present")
+    print(f"{args.job}: config valid, preflight passed, jars present, job builds")
     return 0
 
 
 def _config(args) -> int:
-    loaded = load(args.job, args)
+    loaded = load(configured(args.job), args)
     rows = effective_view(loaded)
     width = max(len(k) for k, _, _ in rows)
     vwidth = min(max(len(v) for _, v, _ in rows), 60)
@@ -270,7 +275,7 @@ def _jars(args) -> int:
 def _offsets(args) -> int:
     broker, group, topics = args.bootstrap or local_bootstrap(), args.group, args.topic
     if args.job:
-        settings = load(args.job, args).settings
+        settings = load(configured(args.job), args).settings
         broker = librdkafka_config(settings.kafka)  # TLS and SASL as the job connects
         if args.bootstrap:
             broker["bootstrap.servers"] = args.bootstrap

@@ -65,7 +65,6 @@ __all__ = [
     "StageError",
     "batch_records",
     "dead_letter_sink",
-    "declare_uses",
     "enrich",
     "graph_of",
     "kafka_sink",
@@ -92,7 +91,12 @@ class JobGraph:
     fails while the job is built (Flink would refuse a duplicate uid only at submission,
     and two exactly-once sinks sharing a prefix only fence each other at run time)."""
 
-    uses: tuple[str, ...] = ()
+    # The sizing the environment was made for (pipelines.running.wiring): the source sizes
+    # its polls by it.
+    sized_for: tuple[str, ...] = ()
+    # The client factory of every enrichment stage wired, as the job passed it: preflight
+    # checks each one's service, and the job is sized for slow lookups.
+    lookup_clients: list[ClientFactory] = field(default_factory=list)
     uids: set[str] = field(default_factory=set)
     transactional_ids: dict[str, str] = field(default_factory=dict)
     # pipelines.testing: the source's rows from a list, and every sink's stream collected
@@ -121,6 +125,10 @@ class JobGraph:
             )
         self.transactional_ids[prefix] = sink
 
+    def uses(self) -> tuple[str, ...]:
+        """The external services the stages wired so far call ("enrichment")."""
+        return ("enrichment",) if self.lookup_clients else ()
+
 
 _GRAPHS: weakref.WeakKeyDictionary[Any, JobGraph] = weakref.WeakKeyDictionary()
 
@@ -128,12 +136,6 @@ _GRAPHS: weakref.WeakKeyDictionary[Any, JobGraph] = weakref.WeakKeyDictionary()
 def graph_of(env: StreamExecutionEnvironment) -> JobGraph:
     """The stages' record of one environment's job (pipelines.testing sets its test mode)."""
     return _GRAPHS.setdefault(env, JobGraph())
-
-
-def declare_uses(env: StreamExecutionEnvironment, uses: tuple[str, ...] | list[str]) -> None:
-    """The external services the job's module declares (its USES), recorded once where the
-    environment is made (pipelines.flink.environment) and read by the stages that size by them."""
-    graph_of(env).uses = tuple(uses)
 
 
 @dataclass(frozen=True)
@@ -198,8 +200,8 @@ def require(settings: Settings, key: str, why: str, when: str | None = None) -> 
 def kafka_source(
     env: StreamExecutionEnvironment, settings: Settings, *, name: str = "kafka-source"
 ) -> Rows:
-    """The configured Kafka source: raw bytes, no watermarks yet. Its polls are sized by
-    the job's USES, as the environment recorded them (`declare_uses`)."""
+    """The configured Kafka source: raw bytes, no watermarks yet. Its polls are sized for
+    what the job calls (`JobGraph.sized_for`)."""
     from pyflink.common import WatermarkStrategy
 
     graph = graph_of(env)
@@ -207,7 +209,7 @@ def kafka_source(
         stream = env.from_collection(graph.test_rows, type_info=origin_type_info()).name(name)
         return Rows(stream.uid(graph.claim(name)), graph)
     stream = env.from_source(
-        build_source(settings, graph.uses),
+        build_source(settings, graph.sized_for),
         WatermarkStrategy.no_watermarks(),
         name,
         type_info=origin_type_info(),
@@ -491,6 +493,7 @@ def enrich(
         "build its input with stages.parse_for_enrichment(raw, settings)",
     )
     graph = parsed.graph
+    graph.lookup_clients.append(client_factory)
     out, dead = apply_enrichment(
         parsed.stream,
         settings,
@@ -540,6 +543,7 @@ def parse_and_enrich(
     # parsed text an `enrich` stage holds, so a savepoint of the two-stage graph must not
     # be restored into it as if it were the same operator.
     uids = _enrichment_uids(graph, name, "parse-enrich")
+    graph.lookup_clients.append(client_factory)
     out, dead = apply_enrichment(
         batches.stream,
         settings,

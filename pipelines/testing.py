@@ -24,10 +24,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from pipelines import jobs
@@ -37,11 +35,13 @@ from pipelines.flink.compat import (
     mini_cluster_port,
     start_mini_cluster,
 )
-from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK, create_environment
+from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK
+from pipelines.job import Build, Job
 from pipelines.lookups import ClientFactory
 from pipelines.records.lines import key_of, split_meta
+from pipelines.running.wiring import built
 from pipelines.settings import ExecutionMode, MetricsSettings, Settings, load_settings
-from pipelines.stages import graph_of
+from pipelines.stages import JobGraph, graph_of
 
 __all__ = ["TOPIC", "Output", "Record", "Written", "run", "settings_for"]
 
@@ -109,31 +109,30 @@ class Output:
 def settings_for(job: str, *overrides: str) -> Settings:
     """A job's settings from its conf/base file with `overrides` (KEY=VALUE), at parallelism
     1 unless one of them says otherwise; the environment's variables are not read."""
-    return _settings(job, jobs.load(job), overrides)
+    return _settings(jobs.load(job), overrides)
 
 
-def _settings(job: str, module: ModuleType | None, overrides: Sequence[str]) -> Settings:
+def _settings(job: Job, overrides: Sequence[str]) -> Settings:
     sets = ["job.parallelism=1", *overrides]
-    own = jobs.sections(module) if module else ()
-    return load_settings(job, overrides=sets, environ={}, sections=own).settings
+    return load_settings(job.name, overrides=sets, environ={}, sections=job.sections).settings
 
 
 def run(
-    job: str | ModuleType | Callable,
+    job: str | Job | Build,
     inputs: Iterable[Record | dict | str | bytes | None],
     *,
     settings: Settings | None = None,
     overrides: Sequence[str] = (),
     lookup_client: ClientFactory | None = None,
 ) -> Output:
-    """Build `job` (a job's name, its module, or a `build(env, settings)` function) over
+    """Build `job` (a job's name, its `Job`, or a `build(env, settings)` function) over
     `inputs` and run it to the end of its input; what each sink would have written.
     `lookup_client`, a factory like the job's own, replaces the client of every enrichment
     stage: the test double that keeps a job's tests its own when its client changes (it
     runs on the local worker, so define it in an importable module, e.g. the test's)."""
-    build, module = _resolve(job)
+    job = _resolve(job)
     if settings is None:
-        settings = _settings(jobs.name_of(build), module, overrides)
+        settings = _settings(job, overrides)
     # A test's JVM (in this process, without the loopback shim) serves no metrics port.
     # Its Python stages run in process mode, in this process's worker pool, whatever the
     # settings say: there a lookup double is the test's own object (thread mode would run
@@ -147,12 +146,14 @@ def run(
     # PyFlink fuses chained Python operators, and a fused collecting map took over the uid of
     # the side output before it ("Hash collision on user-specified ID"): kept apart here.
     extra = {**_cluster_for(settings), "python.operator-chaining.enabled": "false"}
-    env = create_environment(settings, extra, uses=jobs.uses(module) if module else ())
-    graph = graph_of(env)
-    graph.test_rows = _rows(inputs)
-    graph.collected = []
-    graph.lookup_double = lookup_client
-    build(env, settings)
+    rows = _rows(inputs)
+
+    def for_testing(graph: JobGraph) -> None:
+        graph.test_rows = rows
+        graph.collected = []
+        graph.lookup_double = lookup_client
+
+    graph = graph_of(built(job, settings, extra, setup=for_testing))
     if not graph.collected:
         return Output()
     from pyflink.common import Types
@@ -213,13 +214,10 @@ def _cluster_for(settings: Settings) -> dict[str, str]:
     return dict(_SHARED["conf"])
 
 
-def _resolve(job: str | ModuleType | Callable) -> tuple[Callable, ModuleType | None]:
+def _resolve(job: str | Job | Build) -> Job:
     if isinstance(job, str):
-        module = jobs.load(job)
-        return module.build, module
-    if isinstance(job, ModuleType):
-        return job.build, job
-    return job, sys.modules.get(job.__module__)
+        return jobs.load(job)
+    return job if isinstance(job, Job) else Job(job)
 
 
 def _rows(inputs: Iterable) -> list:

@@ -188,7 +188,7 @@ def _submit(args) -> int:
     if not jm.answers():
         hint = "start one with `make cluster-up`" if not args.jobmanager else "is it running?"
         raise Failure(f"no Flink JobManager answers at {jm.url}: {hint}")
-    loaded = prepare(args.job, args)
+    loaded = prepare(jobs.load(args.job), args)
     prefix = transactional_identity(loaded.settings)
     refuse_second_copy(jm, args.job, prefix)
     # A directory per submission: two submits of one job at once (two CI jobs, two
@@ -311,7 +311,7 @@ def _client_stopped(args, jm, job_id, prefix, savepoints, stop) -> int:
 
 
 def _demo(args) -> int:
-    loaded = load(args.job, args)
+    loaded = load(cli.configured(args.job), args)
     try:
         prepare_demo(
             loaded.settings,
@@ -337,7 +337,7 @@ def _kafka(args) -> int:
         elif args.action == "transactions":
             bootstrap, properties = args.bootstrap_server, None
             if args.job:
-                kafka = load(args.job, args).settings.kafka
+                kafka = load(cli.configured(args.job), args).settings.kafka
                 bootstrap = bootstrap or kafka.bootstrap_servers
                 properties = java_client_properties(kafka, shaded=False)
             return broker.transactions(args.tool_args, bootstrap=bootstrap, properties=properties)

@@ -23,7 +23,8 @@ from pipelines.beam import java
 from pipelines.beam.java import BeamSetupError, dead_service, free_port, start_listening
 from pipelines.kafka.clients import client_config
 from pipelines.running.errors import Failure
-from pipelines.running.loading import load, preflight_job
+from pipelines.running.loading import load
+from pipelines.running.loading import preflight as run_preflight_rules
 from pipelines.running.loopback import BEAM_WORKER_POOL, bind_grpc_to_loopback
 from pipelines.running.paths import local_state
 from pipelines.running.processes import ProcessGroups
@@ -114,7 +115,7 @@ def preflight(settings: Settings, module, skip: bool) -> None:
 
     if skip:
         return
-    preflight_job(settings, module)
+    run_preflight_rules(settings, uses=module.USES, client=module.lookup_client(settings))
     if not settings.beam.streaming and settings.beam.max_records:
         problem = bounded_read_problem(settings, *_offsets(settings))
         if problem:

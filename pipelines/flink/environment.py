@@ -15,7 +15,6 @@ from pipelines.flink.jobmanager import JOB_PARAMETER, PREFIX_PARAMETER, SAVEPOIN
 from pipelines.running import paths
 from pipelines.settings import ExecutionMode, RestartStrategy, Retention, Settings
 from pipelines.shipping import jars
-from pipelines.stages import declare_uses
 
 
 def _ms(value: int) -> str:
@@ -85,7 +84,8 @@ def flink_configuration(
     uses: tuple[str, ...] | list[str] = (),
 ) -> dict[str, str]:
     """The Flink configuration a job runs with, as plain key/value strings; `uses` names
-    the external services the job calls (its module's USES)."""
+    the external services the job calls, as its build wired them
+    (pipelines.running.wiring)."""
     cp = settings.checkpoint
     python = python or sys.executable
     conf: dict[str, str] = {
@@ -190,5 +190,4 @@ def create_environment(
     # get_execution_environment(conf) on a running client context (flink run) keeps the
     # cluster's settings; configure() applies ours on top in both cases.
     env.configure(conf)
-    declare_uses(env, uses)  # the one declaration: the source sizes its polls by it
     return env

@@ -1,107 +1,72 @@
-"""The jobs, found by discovery: every module in this package (its name not starting with
-`_`) is one job, named by its module. The CLI, `pipelines-dev new` and `pipelines package`
-all read this one list.
-
-A job module holds:
-- `build(env, settings)`: the pipeline, in pipelines.stages builders;
-- `USES` (optional): the external services it calls, e.g. ("enrichment",): preflight
-  checks that each answers, and lookups size Kafka polls and Python bundles;
-- `SECTIONS` (optional): the job's own settings sections, each a JobSection subclass
-  (pipelines.settings.sections) read with `Model.of(settings)`;
-- `lookup_client(settings)` (jobs with an enrichment stage): the client factory handed to
-  `stages.enrich`; preflight asks that client's `check` whether the service answers;
-- `if __name__ == "__main__": job_main(build)`, so that `python -m pipelines.jobs.NAME` and
-  `flink run --pyModule pipelines.jobs.NAME` run it.
-Its configuration is conf/base/NAME.yaml.
+"""The jobs: every module in this package whose name is lowercase letters, digits and `_`
+and that declares `job = Job(...)` (pipelines.job) is one job, named by its module. The
+CLI, `pipelines-dev new` and `pipelines package` read this one list; a module here without
+the declaration is a helper, not a job. Its configuration is conf/base/<name>.yaml.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:
-    from pyflink.datastream import StreamExecutionEnvironment
+from pipelines.job import Job
+from pipelines.running.errors import Failure
 
-    from pipelines.lookups import EnrichmentClient
-    from pipelines.settings import Settings
-
-__all__ = [
-    "Build",
-    "JobModule",
-    "UnknownJob",
-    "load",
-    "lookup_client",
-    "name_of",
-    "names",
-    "sections",
-    "uses",
-]
-
-Build = Callable[["StreamExecutionEnvironment", "Settings"], None]
-"""A job's pipeline: `build(env, settings)` adds its stages to `env` and returns nothing."""
-
-
-class JobModule(Protocol):
-    """The contract of a job module (the module docstring says what each part is for).
-    `USES` and `lookup_client` are optional: `uses` and `lookup_client` below read them."""
-
-    def build(self, env: StreamExecutionEnvironment, settings: Settings) -> None: ...
-
+__all__ = ["UnknownJob", "load", "names"]
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 JOBS_DIR = Path(__file__).resolve().parent
+DECLARATION = "job = Job(build, ...)"
 
 
-class UnknownJob(LookupError):
-    """No job module by that name; the message lists the jobs there are."""
+class UnknownJob(Failure):
+    """No job by that name; its one line says why and lists the jobs there are."""
+
+
+def declares_job(path: Path) -> bool:
+    """Whether a module's source assigns `job` at its top level (read, not imported, so
+    that listing the jobs starts none of them); `load` checks what it holds."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return True  # listed, so that `load` reports the real problem
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "job" for t in targets):
+            return True
+    return False
 
 
 def names(jobs_dir: Path = JOBS_DIR) -> list[str]:
     """The jobs in `jobs_dir` (this package by default), without importing them."""
-    return sorted(p.stem for p in jobs_dir.glob("*.py") if NAME.fullmatch(p.stem))
+    return sorted(
+        p.stem for p in jobs_dir.glob("*.py") if NAME.fullmatch(p.stem) and declares_job(p)
+    )
 
 
-def load(name: str) -> ModuleType:
+def load(name: str) -> Job:
+    """The job `name` declares, imported; UnknownJob, in one line, if there is none."""
+    here = f"jobs here: {', '.join(names()) or 'none'}"
     if not NAME.fullmatch(name):
         raise UnknownJob(
             f"no job named {name!r}: a job is a module pipelines/jobs/<name>.py, its "
-            f"name lowercase letters, digits and _ (jobs here: {', '.join(names())})"
+            f"name lowercase letters, digits and _ ({here})"
         )
     try:
-        return importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError as exc:
         if exc.name in (f"{__name__}.{name}", __name__):
             raise UnknownJob(
-                f"no job named {name!r} (no module pipelines/jobs/{name}.py; jobs "
-                f"here: {', '.join(names())})"
+                f"no job named {name!r} (no module pipelines/jobs/{name}.py; {here})"
             ) from None
         raise
-
-
-def name_of(build: Callable[..., Any]) -> str:
-    """A job's name, from the module its `build` is defined in (also when that module runs
-    as __main__ under `python -m` or `flink run --pyModule`)."""
-    module = sys.modules[build.__module__]
-    spec = getattr(module, "__spec__", None)
-    return (spec.name if spec is not None else module.__name__).rpartition(".")[2]
-
-
-def uses(module: ModuleType) -> tuple[str, ...]:
-    return tuple(getattr(module, "USES", ()))
-
-
-def sections(module: ModuleType) -> tuple[Any, ...]:
-    """The job's own settings sections (its SECTIONS), for the loader."""
-    return tuple(getattr(module, "SECTIONS", ()))
-
-
-def lookup_client(module: ModuleType, settings: Settings) -> EnrichmentClient | None:
-    """The job's enrichment client, if it has one (for preflight), else None."""
-    factory = getattr(module, "lookup_client", None)
-    return factory(settings) if callable(factory) else None
+    job = vars(module).get("job")
+    if not isinstance(job, Job):
+        found = "it declares no `job`" if job is None else f"its `job` is a {type(job).__name__}"
+        raise UnknownJob(
+            f"pipelines/jobs/{name}.py is not a job: {found} (a job module ends with "
+            f"`{DECLARATION}`; {here})"
+        )
+    return job

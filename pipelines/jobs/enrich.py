@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipelines import stages
+from pipelines.job import Job
 from pipelines.lookups import EnrichmentClient
 from pipelines.lookups.http_demo import DemoHttpClient
 from pipelines.settings import Settings
@@ -17,14 +18,12 @@ from pipelines.settings import Settings
 if TYPE_CHECKING:
     from pyflink.datastream import StreamExecutionEnvironment
 
-# External services this job calls: preflight checks that each answers; lookups size polls.
-USES = ("enrichment",)
-
 
 def lookup_client(settings: Settings) -> EnrichmentClient:
     """Where your lookup plugs in: return any EnrichmentClient (pipelines/lookups/__init__.py
     has the contract: `lookup`, optionally `lookup_batch`, which errors to raise). The
-    stage owns batching, timeouts, retries and the failure policy. Runs on each worker."""
+    stage owns batching, timeouts, retries and the failure policy. Runs on each worker;
+    preflight calls its `check` before the job starts."""
     return DemoHttpClient.from_settings(settings)
 
 
@@ -43,7 +42,7 @@ def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     stages.dead_letter_sink(settings, dead_letters)
 
 
-if __name__ == "__main__":
-    from pipelines.running.runner import job_main
+job = Job(build)
 
-    job_main(build)
+if __name__ == "__main__":
+    job.main()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipelines import stages
+from pipelines.job import Job
 from pipelines.settings import FieldType, Settings
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     stages.dead_letter_sink(settings, bad_records)
 
 
-if __name__ == "__main__":
-    from pipelines.running.runner import job_main
+job = Job(build)
 
-    job_main(build)
+if __name__ == "__main__":
+    job.main()

@@ -97,7 +97,7 @@ def source_properties(settings: Settings, uses: tuple[str, ...] | list[str] = ()
 
 def build_source(settings: Settings, uses: tuple[str, ...] | list[str] = ()):
     """A KafkaSource emitting Row(topic, partition, offset, timestamp, key, value, headers); `uses`
-    as the job module's USES (it sizes polls)."""
+    as the job's build wired them (they size polls)."""
     from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
     from pyflink.java_gateway import get_gateway
 

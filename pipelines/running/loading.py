@@ -1,17 +1,19 @@
 """A job's arguments, settings and preflight, the same from every entry point (`pipelines
 run`, `python -m pipelines.jobs.<job>`, `flink run --pyModule`, the Beam runner): settings
-loaded and validated, preflight run, a resumed checkpoint checked, before anything starts."""
+loaded and validated, preflight run, a resumed checkpoint checked, before anything starts.
+The services a job calls are checked once it is built (pipelines.running.wiring)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Sequence
+from typing import Protocol
 
-from pipelines import jobs
 from pipelines.flink.checkpoints import resolve_checkpoint, transaction_risk
 from pipelines.kafka.preflight import has_errors, run_preflight
 from pipelines.running.errors import Failure
-from pipelines.settings import Loaded, load_settings
+from pipelines.settings import JobSection, Loaded, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +46,27 @@ def job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def load(job: str, args: argparse.Namespace, overrides: list[str] | None = None) -> Loaded:
-    """The job's settings from the layers `args` names; its secrets are learned by the
-    invocation's mask (`args.mask`, see `guarded`) so no error line can show them."""
+class Named(Protocol):
+    """A job as loading reads it (pipelines.job.Job): its name and its own sections."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sections(self) -> Sequence[type[JobSection]]: ...
+
+
+def load(job: Named | str, args: argparse.Namespace, overrides: list[str] | None = None) -> Loaded:
+    """The job's settings from the layers `args` names, with its own sections (a Beam
+    pipeline's name: none); its secrets are learned by the invocation's mask (`args.mask`,
+    see `guarded`) so no error line can show them."""
+    name, sections = (job, ()) if isinstance(job, str) else (job.name, job.sections)
     loaded = load_settings(
-        job,
+        name,
         env=args.env,
         conf_dir=args.conf_dir,
         overrides=list(args.overrides or []) if overrides is None else overrides,
-        # A Beam pipeline (pipelines/beam) declares no sections of its own yet.
-        sections=jobs.sections(load_job(job)) if job in jobs.names() else (),
+        sections=sections,
     )
     mask = getattr(args, "mask", None)
     if mask is not None:
@@ -61,7 +74,7 @@ def load(job: str, args: argparse.Namespace, overrides: list[str] | None = None)
     return loaded
 
 
-def prepare(job: str, args: argparse.Namespace) -> Loaded:
+def prepare(job: Named | str, args: argparse.Namespace) -> Loaded:
     """Load, validate and preflight the settings; raise Failure on anything that would not run."""
     overrides = list(args.overrides or [])
     loaded = load(job, args, overrides)
@@ -75,16 +88,15 @@ def prepare(job: str, args: argparse.Namespace) -> Loaded:
             log.info(f"warning: --accept-transaction-loss: {risk.split('. Restore anyway')[0]}")
         log.info(f"resuming from {path}")
     if not args.skip_preflight:
-        preflight_job(loaded.settings, load_job(job))
+        preflight(loaded.settings)
     return loaded
 
 
-def preflight_job(settings, module) -> None:
-    """Every preflight rule for a job module (its USES and its lookup client's check); the
-    problems are logged, and any error raises Failure before anything starts."""
-    problems = run_preflight(
-        settings, uses=jobs.uses(module), client=jobs.lookup_client(module, settings)
-    )
+def preflight(settings, uses: tuple[str, ...] = (), client=None) -> None:
+    """The preflight rules (the settings, the broker; the enrichment service when `uses`
+    names it and `client` can check it); the problems are logged, and any error raises
+    Failure before anything starts."""
+    problems = run_preflight(settings, uses=uses, client=client)
     for problem in problems:
         log.info(str(problem))
     if has_errors(problems):
@@ -92,14 +104,3 @@ def preflight_job(settings, module) -> None:
             f"preflight found {sum(p.level == 'error' for p in problems)} error(s); "
             f"nothing was started"
         )
-
-
-def load_job(job: str):
-    try:
-        return jobs.load(job)
-    except jobs.UnknownJob as exc:
-        raise Failure(str(exc)) from None
-
-
-def job_names() -> list[str]:
-    return jobs.names()

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pipelines import jobs
 from pipelines.flink import compat as flink_compat
 from pipelines.flink.checkpoints import retained_checkpoints
 from pipelines.flink.compat import (
@@ -28,7 +27,6 @@ from pipelines.flink.compat import (
 )
 from pipelines.flink.environment import (
     MINI_CLUSTER_ON_LOOPBACK,
-    create_environment,
     savepoint_dir,
     transactional_identity,
 )
@@ -38,7 +36,6 @@ from pipelines.flink.jobmanager import (
     JobManagerError,
     refuse_second_copy,
 )
-from pipelines.jobs import Build
 from pipelines.running.errors import (
     MAX_ERROR_CHARS,
     Failure,
@@ -46,7 +43,7 @@ from pipelines.running.errors import (
     explain_java_error,
     guarded,
 )
-from pipelines.running.loading import job_arguments, load_job, prepare
+from pipelines.running.loading import job_arguments, prepare
 from pipelines.running.logs import install_cli_handler
 from pipelines.running.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
 from pipelines.running.paths import local_state
@@ -58,6 +55,7 @@ from pipelines.running.stopping import (
     StopRequested,
     StopSignals,
 )
+from pipelines.running.wiring import Buildable, built, check_services
 from pipelines.running.worker_output import WorkerOutput, thread_errors_to, worker_log_path
 from pipelines.settings import SecretMask
 
@@ -72,31 +70,33 @@ log = logging.getLogger(__name__)
 FAILURES_EVERY_S = 0.5
 
 
-def job_main(build: Build, argv: list[str] | None = None) -> None:
-    """What a job module runs as __main__: works standalone and under `flink run`. The
-    job's name is its module's.
+def job_main(job: Buildable, argv: list[str] | None = None) -> None:
+    """What a job module runs as __main__ (`job.main()`, pipelines.job): works standalone
+    and under `flink run`. The job's name is its module's.
 
     Standalone (`python -m pipelines.jobs.<job>`, the deploy image's command) it is
     `pipelines run <job>`; under `flink run` the gateway is the Flink client's.
     """
     install_cli_handler()
-    job = jobs.name_of(build)
-    parser = job_arguments(argparse.ArgumentParser(prog=f"pipelines.jobs.{job}"))
+    parser = job_arguments(argparse.ArgumentParser(prog=f"pipelines.jobs.{job.name}"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     args.mask = SecretMask()
 
     def action() -> int:
         loaded = prepare(job, args)
 
-        log.info(f"job {job} from {Path(__file__).resolve().parents[1]}")
-        env = create_environment(loaded.settings, uses=jobs.uses(load_job(job)))
-        build(env, loaded.settings)
-        result = env.execute(job)
+        log.info(f"job {job.name} from {Path(__file__).resolve().parents[1]}")
+        env = built(job, loaded.settings)
+        if not args.skip_preflight:
+            check_services(env, loaded.settings)
+        result = env.execute(job.name)
 
         if is_detached(result):  # it runs on: say so, never "finished"
-            log.info(f"job {job} submitted (detached) as {result.get_job_id()}; it keeps running")
+            log.info(
+                f"job {job.name} submitted (detached) as {result.get_job_id()}; it keeps running"
+            )
         else:
-            log.info(f"job {job} finished: {result.get_job_id()}")
+            log.info(f"job {job.name} finished: {result.get_job_id()}")
         return 0
 
     if "PYFLINK_GATEWAY_PORT" in os.environ:  # under `flink run`: the client owns the JVM
@@ -155,7 +155,7 @@ class RunResult:
 
 
 def run_local(
-    job: str,
+    job: Buildable,
     args: argparse.Namespace,
     progress_every: float = 2.0,
     extra_conf: dict[str, str] | None = None,
@@ -187,17 +187,17 @@ def run_local(
             return RunResult(state.get("job_id", ""), status, 0)
 
     try:
-        return _owned_local_run(body, job)
+        return _owned_local_run(body, job.name)
     finally:
         if state.get("registered"):
             state["registered"].unlink(missing_ok=True)
             state["registered"].with_suffix(".pid").unlink(missing_ok=True)
 
 
-def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
+def _run_local(job: Buildable, args, progress_every, extra_conf, state) -> RunResult:
     loaded = prepare(job, args)
     state["settings"] = loaded.settings
-    module = load_job(job)
+    name = job.name
 
     extra = {
         **MINI_CLUSTER_ON_LOOPBACK,
@@ -210,10 +210,11 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     }
     identity = transactional_identity(loaded.settings)
     runs = LocalRuns()
-    runs.refuse_second_copy(job, identity)
-    env = create_environment(loaded.settings, extra, uses=jobs.uses(module))
-    module.build(env, loaded.settings)
-    client = env.execute_async(job)
+    runs.refuse_second_copy(name, identity)
+    env = built(job, loaded.settings, extra)
+    if not args.skip_preflight:
+        check_services(env, loaded.settings)
+    client = env.execute_async(name)
     state["client"] = client
     job_id = str(client.get_job_id())
     state["job_id"] = job_id
@@ -222,11 +223,11 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
     except Exception as exc:  # noqa: BLE001 - progress is a nicety; the job runs without it
         url = None
         log.info(f"warning: no progress lines: the mini-cluster's REST address is unknown ({exc})")
-    log.info(f"job {job} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
+    log.info(f"job {name} submitted to the local mini-cluster as {job_id} (REST/UI at {url})")
     if url:
         state["registered"] = runs.register(url, identity)
 
-    failures_log = local_state("logs", f"{job}-failures.log")
+    failures_log = local_state("logs", f"{name}-failures.log")
     failures_log.unlink(missing_ok=True)  # this run's failures only
     monitor = ProgressMonitor(url, job_id, failures_log)
     outcome = client.get_job_execution_result()
@@ -258,8 +259,8 @@ def _run_local(job, args, progress_every, extra_conf, state) -> RunResult:
         outcome.result()
     except Exception as exc:  # noqa: BLE001
         why = explain_java_error(exc) or " ".join(str(exc).split())[:MAX_ERROR_CHARS]
-        raise Failure(f"job {job} failed: {why}") from None
-    log.info(f"job {job} finished")
+        raise Failure(f"job {name} failed: {why}") from None
+    log.info(f"job {name} finished")
     return RunResult(job_id, "FINISHED", checkpoints)
 
 
@@ -365,3 +366,16 @@ def _wait_done(future, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not future.done():
         time.sleep(0.1)
+
+
+def check_local(job: Buildable, args: argparse.Namespace) -> None:
+    """`pipelines doctor`: the settings and preflight as a run has them, then the job built
+    on a gateway this call owns (nothing is submitted) and the services its build wired
+    asked whether they answer. Failure on the first problem."""
+
+    def body() -> RunResult:
+        loaded = prepare(job, args)
+        check_services(built(job, loaded.settings), loaded.settings)
+        return RunResult("", "CHECKED", 0)
+
+    _owned_local_run(body, job.name)

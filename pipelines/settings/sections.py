@@ -1,14 +1,14 @@
 """A job's own settings: a section of its YAML that the job declares, not the framework.
 
-A job module lists its sections in `SECTIONS`, each a JobSection subclass that names its
-section:
+A job declares its sections with itself (`Job(build, sections=(...))`, pipelines.job),
+each a JobSection subclass that names its section:
 
     class Pricing(JobSection):
         section: ClassVar[str] = "pricing"
         table: Path
         api_token: str
 
-    SECTIONS = (Pricing,)
+    job = Job(build, sections=(Pricing,))
 
     def lookup_client(settings):
         pricing = Pricing.of(settings)
@@ -58,7 +58,7 @@ class JobSection(Model):
         if tree is None:
             raise ConfigError(
                 f"{cls.section}: no such section in these settings; the job module lists "
-                f"{cls.__name__} in SECTIONS so that its settings are loaded with it"
+                f"{cls.__name__} in its Job's sections so that its settings are loaded with it"
             )
         resolved = resolve_secret_refs(tree, {}, f"{cls.section}.")  # new dicts, tree kept
         try:
@@ -77,7 +77,7 @@ class JobSection(Model):
 def declared(
     sections: Iterable[type[JobSection]], reserved: Iterable[str]
 ) -> dict[str, type[JobSection]]:
-    """name -> model of a job's SECTIONS; a name the project uses, or two models under one
+    """name -> model of a job's sections; a name the project uses, or two models under one
     name, is refused."""
     found: dict[str, type[JobSection]] = {}
     taken = set(reserved)
@@ -85,12 +85,12 @@ def declared(
         name = getattr(model, "section", None)
         if not (isinstance(model, type) and issubclass(model, JobSection)) or not name:
             raise ConfigError(
-                f"SECTIONS: {model!r} is not a JobSection with a `section` name "
+                f"sections: {model!r} is not a JobSection with a `section` name "
                 f"(pipelines.settings.JobSection)"
             )
         if name in taken:
             raise ConfigError(
-                f"SECTIONS: {model.__name__} names section {name!r}, which "
+                f"sections: {model.__name__} names section {name!r}, which "
                 + ("another of the job's models names" if name in found else "the project uses")
                 + f"; choose another name (taken: {', '.join(sorted(taken))})"
             )

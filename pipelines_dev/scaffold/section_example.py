@@ -5,7 +5,8 @@ marker is what the new module gets."""
 
 # --- example ---
 # A section of this job's own settings (docs/configuration.md, "A job's own settings"):
-# uncomment, rename, and add the `pricing:` section to conf/base/TEMPLATE_JOB.yaml.
+# uncomment, rename, add the `pricing:` section to conf/base/TEMPLATE_JOB.yaml, and declare
+# it with the job at the end of this module: `job = Job(build, sections=(Pricing,))`.
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,6 +20,3 @@ class Pricing(JobSection):
     section: ClassVar[str] = "pricing"
     table: Path  # a file the client reads, e.g. conf/prices.csv
     api_token: str  # a secret: `${env:PRICING_TOKEN}` in the YAML, never its value
-
-
-SECTIONS = (Pricing,)

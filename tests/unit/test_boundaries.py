@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_ROOT = {
     "__init__.py": "the public API, listed",
     "cli.py": "`pipelines`: the job commands",
+    "job.py": "a job's one declaration",
     "stages.py": "the named stages a job is built from",
     "testing.py": "a job's build over records from a list",
     "beam": "the enrich job as a Beam pipeline",

@@ -84,29 +84,3 @@ def test_at_least_once_mode_reaches_the_java_side():
     ).settings
     j_config = create_environment(settings).get_checkpoint_config()._j_checkpoint_config
     assert str(j_config.getCheckpointingConsistencyMode()) == "AT_LEAST_ONCE"
-
-
-@pytest.mark.parametrize(
-    "job, uses, bundle, poll",
-    [
-        ("passthrough", (), "1000", "500"),  # Flink's and Kafka's defaults
-        ("windowed", (), "1000", "500"),
-        (
-            "enrich",
-            ("enrichment",),
-            "16",
-            "8000",
-        ),  # one round of lookups: 8000 in flight, 500 a batch
-    ],
-)
-def test_bundles_and_polls_are_sized_to_lookups_only_where_there_are_lookups(
-    job, uses, bundle, poll
-):
-    from pipelines import jobs  # noqa: F401
-    from pipelines.kafka.connectors import source_properties
-    from pipelines.running.loading import load_job
-
-    assert getattr(load_job(job), "USES", ()) == uses
-    settings = load_settings(job, environ={}).settings
-    assert flink_configuration(settings, uses=uses)["python.fn-execution.bundle.size"] == bundle
-    assert source_properties(settings, uses)["max.poll.records"] == poll

@@ -170,11 +170,11 @@ def test_a_section_may_not_take_a_projects_name_or_anothers(tmp_path):
         section: ClassVar[str] = "sink"
 
     conf = _conf(tmp_path, OWN)
-    with pytest.raises(ConfigError, match=r"^SECTIONS: Sink names section 'sink', which the proj"):
+    with pytest.raises(ConfigError, match=r"^sections: Sink names section 'sink', which the proj"):
         _load(conf, sections=(Sink,))
-    with pytest.raises(ConfigError, match=r"^SECTIONS: Other names section 'pricing', which ano"):
+    with pytest.raises(ConfigError, match=r"^sections: Other names section 'pricing', which ano"):
         _load(conf, sections=(Pricing, Other))
-    with pytest.raises(ConfigError, match=r"^SECTIONS: .* is not a JobSection"):
+    with pytest.raises(ConfigError, match=r"^sections: .* is not a JobSection"):
         _load(conf, sections=(dict,))  # type: ignore[arg-type]
 
 

@@ -108,11 +108,16 @@ def test_the_commented_example_of_a_jobs_own_settings_works_once_uncommented(pro
     created = new_job("orders", "enrich", project)
     module = types.ModuleType("pipelines.jobs.orders")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # as an import would
-    exec(uncommented(created.module.read_text(), "# from pathlib import Path"), module.__dict__)
+    source = uncommented(created.module.read_text(), "# from pathlib import Path")
+    # What the example's comment asks for: the section declared with the job.
+    assert source.count("\njob = Job(build)\n") == 1
+    source = source.replace("\njob = Job(build)\n", "\njob = Job(build, sections=(Pricing,))\n")
+    exec(source, module.__dict__)
     created.config.write_text(uncommented(created.config.read_text(), "# pricing:"))
     monkeypatch.setenv("PRICING_TOKEN", "t0ken-from-env")
+    assert module.job.sections == (module.Pricing,)
     loaded = load_settings(
-        "orders", conf_dir=project / "conf", environ={}, sections=module.SECTIONS
+        "orders", conf_dir=project / "conf", environ={}, sections=module.job.sections
     )
     pricing = module.Pricing.of(loaded.settings)
     assert (str(pricing.table), pricing.api_token) == ("conf/prices.csv", "t0ken-from-env")
@@ -135,7 +140,7 @@ def test_cli_error_is_one_line(project):
 def test_a_jobs_name_is_its_modules_also_as_main(monkeypatch):
     import types
 
-    from pipelines import jobs
+    from pipelines.job import Job
 
     for module_name, spec_name in (
         ("pipelines.jobs.orders", "pipelines.jobs.orders"),
@@ -145,7 +150,7 @@ def test_a_jobs_name_is_its_modules_also_as_main(monkeypatch):
         module.__spec__ = types.SimpleNamespace(name=spec_name)
         exec("def build(env, settings): pass", module.__dict__)
         monkeypatch.setitem(sys.modules, module_name, module)
-        assert jobs.name_of(module.build) == "orders"
+        assert Job(module.build).name == "orders"
 
 
 def test_every_job_is_discovered_and_copyable(project):

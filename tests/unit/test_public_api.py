@@ -23,7 +23,7 @@ PIN = Path(__file__).with_name("public_api.txt")
 PUBLIC = {
     "pipelines.stages": [
         "Batches", "Records", "Rows", "StageError", "batch_records", "dead_letter_sink",
-        "declare_uses", "enrich", "graph_of", "kafka_sink", "kafka_source",
+        "enrich", "graph_of", "kafka_sink", "kafka_source",
         "late_record_sink", "parse", "parse_and_enrich", "parse_for_enrichment", "raw_kafka_sink",
         "records",
         "require", "window_counts",
@@ -33,11 +33,7 @@ PUBLIC = {
         "PermanentLookupError", "TransientLookupError",
     ],
     "pipelines.lookups.http_demo": ["DemoHttpClient", "http_error"],
-    "pipelines.jobs": [
-        "Build", "JobModule", "UnknownJob", "load", "lookup_client", "name_of", "names",
-        "sections", "uses",
-    ],
-    "pipelines.running.runner": ["job_main"],
+    "pipelines.job": ["Build", "Job", "JobError"],
     "pipelines.testing": ["TOPIC", "Output", "Record", "Written", "run", "settings_for"],
     "pipelines.beam.transforms": [
         "ConfigUnsupported", "EnrichRecords", "ParseRecords", "ReadRecords", "WriteRecords",
@@ -153,6 +149,8 @@ def public_use_problems(path: Path) -> list[str]:
             continue
         if test_file and module in TEST_SUPPORT:
             continue
+        if test_file and module == "pipelines.jobs.TEMPLATE_JOB":
+            continue  # a job's tests import the job's own module
         problems.append(f"{path.name}: {module}.{name or '*'} is not public API")
     return problems
 
@@ -172,6 +170,7 @@ def test_a_private_import_is_found(tmp_path):
     assert public_use_problems(job) == [
         "job.py: pipelines.records.parse.parse_value is not public API",
         "job.py: pipelines.running.runner.run_local is not public API",
+        "job.py: pipelines.running.runner.job_main is not public API",
         "job.py: pipelines_dev.topics.read_all is not public API",
     ]
 

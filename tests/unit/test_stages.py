@@ -166,13 +166,15 @@ def test_at_least_once_sinks_need_no_prefix_of_their_own(flink_env):
     assert {"a", "b"} <= set(uids(env))
 
 
-def test_the_source_is_sized_by_the_uses_the_environment_declared(flink_env, monkeypatch):
+def test_the_source_is_sized_for_what_the_environment_was_sized_for(flink_env, monkeypatch):
     settings = settings_for("enrich", "enrichment.capacity=37")
     seen = []
     real = stages.build_source
     monkeypatch.setattr(stages, "build_source", lambda s, uses: seen.append(uses) or real(s, uses))
     for uses in ((), ("enrichment",)):
-        stages.kafka_source(create_environment(settings, uses=uses), settings)
+        env = create_environment(settings, uses=uses)
+        stages.graph_of(env).sized_for = uses  # as pipelines.running.wiring sizes it
+        stages.kafka_source(env, settings)
     assert seen == [(), ("enrichment",)]
     assert source_properties(settings, seen[1])["max.poll.records"] == "37"
     assert source_properties(settings, seen[0])["max.poll.records"] != "37"
