@@ -170,7 +170,7 @@ def project_command(
     if case.kind == "copy-json":
         sets["parse.validate_records"] = "true"
     if case.kind == "enrich":
-        sets["enrichment.url"] = service_url
+        sets["demo_service.url"] = service_url
     args = [sys.executable, "-m", "pipelines.cli", "run", job, "--skip-preflight"]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
@@ -185,7 +185,7 @@ def beam_command(case: Case, tag: str, source: str, bootstrap: str, service_url:
         "source.group_id": tag,
         "sink.topic": f"{tag}-out",
         "sink.dead_letter_topic": f"{tag}-dlq",
-        "enrichment.url": service_url,
+        "demo_service.url": service_url,
     }
     args = [
         sys.executable,

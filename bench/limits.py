@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines import jobs
 from pipelines.running.processes import ProcessGroups
 
 COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"]
@@ -115,7 +116,9 @@ def enrich_defaults():
     """The enrich job's committed enrichment settings: what the limits are measured for."""
     from pipelines.settings.loader import load_settings
 
-    return load_settings("enrich", local=False).settings.enrichment
+    return load_settings(
+        "enrich", sections=jobs.load("enrich").sections, local=False
+    ).settings.enrichment
 
 
 def default_capacity() -> int:

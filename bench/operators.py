@@ -98,7 +98,7 @@ def run_case(
         "--set",
         f"sink.transactional_id_prefix={tag}",
         "--set",
-        f"enrichment.url={service.url}",
+        f"demo_service.url={service.url}",
         "--set",
         f"enrichment.operator={operator}",
         "--set",

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             "sink.topic": f"{tag}-out",
             "sink.dead_letter_topic": f"{tag}-dlq",
             "sink.transactional_id_prefix": tag,
-            "enrichment.url": service.url,
+            "demo_service.url": service.url,
             "checkpoint.interval": "2s",
             "metrics.prometheus_port": str(reporter),
         }

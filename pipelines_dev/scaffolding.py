@@ -46,7 +46,32 @@ def _config_for(name: str, source: dict) -> dict:
         conf["sink"]["dead_letter_topic"] = f"{name}-dead-letters"
     if conf.get("window", {}).get("late_topic"):
         conf["window"]["late_topic"] = f"{name}-late"
+    if "enrichment" in conf:  # the demo's sizing is its service's, not an unknown one's
+        conf["enrichment"]["capacity"] = NEW_JOB_CAPACITY
+        conf["enrichment"].pop("max_capacity", None)
     return conf
+
+
+# Lookups in flight per subtask for a new job's service, which nobody has measured yet.
+NEW_JOB_CAPACITY = 32
+CAPACITY_COMMENT = f"""\
+  # A small fixed bound against a service nobody has measured yet: at most this many
+  # lookups in flight per subtask. Size it from your service's latency and the rate you
+  # need (about 2 x rate x latency; docs/performance.md, "Sizing a job"; `make profile`
+  # shows where a run's time goes), and add max_capacity to let the bound grow.
+  capacity: {NEW_JOB_CAPACITY}
+"""
+
+
+def _config_text(name: str, source_name: str, base_conf: dict) -> str:
+    """The new job's YAML: a header saying what it owns, the template's keys with the
+    names it must own, and the enrichment bound explained."""
+    body = yaml.safe_dump(_config_for(name, base_conf), sort_keys=False)
+    body = body.replace(f"  capacity: {NEW_JOB_CAPACITY}\n", CAPACITY_COMMENT, 1)
+    return (
+        f"# {name}: created from conf/base/{source_name}.yaml by `pipelines-dev new`. It owns its\n"
+        f"# topics, group id and transactional id prefix; change them together.\n" + body
+    )
 
 
 SCAFFOLD = Path("pipelines_dev", "scaffold")  # under the project root
@@ -103,12 +128,7 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
 
     module = (package / f"{source_name}.py").read_text()
     base_conf = yaml.safe_load((root / "conf" / "base" / f"{source_name}.yaml").read_text())
-    config = (
-        f"# {name}: created from conf/base/{source_name}.yaml by `pipelines-dev new`. It owns its\n"
-        f"# topics, group id and transactional id prefix; change them together.\n"
-        + yaml.safe_dump(_config_for(name, base_conf), sort_keys=False)
-        + (SECTION_EXAMPLE_YAML if not beam else "")
-    )
+    config = _config_text(name, source_name, base_conf) + (SECTION_EXAMPLE_YAML if not beam else "")
     if not beam:
         module = with_section_example(module, _scaffold(root, "section_example.py", name))
     kind = "beam" if beam else _smoke_test_kind(module, base_conf)

@@ -374,7 +374,7 @@ class Topology:
         """The settings that point `job` at this topology (each a `--set KEY=VALUE`)."""
         return [
             f"kafka.bootstrap_servers={self.bootstrap}",
-            f"enrichment.url={self.enrichment_url}",
+            f"demo_service.url={self.enrichment_url}",
             f"checkpoint.storage=s3://{BUCKET}/checkpoints/{job}",
             f"checkpoint.savepoints=s3://{BUCKET}/savepoints/{job}",
         ]

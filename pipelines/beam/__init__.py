@@ -6,8 +6,9 @@ runner (streaming or bounded) or the DirectRunner (bounded), with KafkaIO's Java
 a local expansion service and Java worker. Its guarantees differ from the PyFlink job's
 (at least once, no transactional sink): docs/beam.md has both side by side.
 
-A Beam job module here holds `USES`, `lookup_client(settings)` and
-`build(pipeline, settings, expansion_service)`; `pipelines beam run NAME` runs it.
+A Beam job module here holds `USES`, `SECTIONS` (its own settings sections),
+`lookup_client(settings)` and `build(pipeline, settings, expansion_service)`; `pipelines
+beam run NAME` runs it.
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ import apache_beam as beam
 from pipelines import stages
 from pipelines.beam.transforms import EnrichRecords, ParseRecords, ReadRecords, WriteRecords
 from pipelines.lookups import EnrichmentClient
-from pipelines.lookups.http_demo import DemoHttpClient
+from pipelines.lookups.http_demo import DemoHttpClient, DemoService
 from pipelines.settings import Settings
 
 USES = ("enrichment",)
+SECTIONS = (DemoService,)  # its own settings sections, as the PyFlink job of its name has
 
 
 def lookup_client(settings: Settings) -> EnrichmentClient:

@@ -16,6 +16,7 @@ import math
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines import beam
@@ -44,6 +45,14 @@ CANCEL_TIMEOUT_S = 18.0
 # runner can fail in between.
 DEAD_SERVICE_GRACE_S = 5.0
 TERMINAL = {"DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"}
+
+
+@dataclass(frozen=True)
+class BeamJob:
+    """A Beam pipeline as the settings loader reads it: its name and its own sections."""
+
+    name: str
+    sections: tuple = ()
 
 
 def beam_job_names() -> list[str]:
@@ -212,7 +221,7 @@ def run(name: str, args) -> int:
     sys.stderr = WorkerOutput(sys.stderr, local_state("logs", f"beam-{name}-python.log"))
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     try:
-        loaded = load(name, args)
+        loaded = load(BeamJob(name, module.SECTIONS), args)
         settings = loaded.settings
         preflight(settings, module, args.skip_preflight)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pipelines import stages
 from pipelines.job import Job
 from pipelines.lookups import EnrichmentClient
-from pipelines.lookups.http_demo import DemoHttpClient
+from pipelines.lookups.http_demo import DemoHttpClient, DemoService
 from pipelines.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     stages.dead_letter_sink(settings, dead_letters)
 
 
-job = Job(build)
+job = Job(build, sections=(DemoService,))
 
 if __name__ == "__main__":
     job.main()

@@ -7,17 +7,18 @@ and its record field (`company`). Replace it, not the stage, to call your own se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipelines.lookups import EnrichmentFailed, PermanentLookupError, TransientLookupError
 from pipelines.records.jsontext import dumps, loads
+from pipelines.settings import JobSection
 
 if TYPE_CHECKING:
     import aiohttp
 
     from pipelines.settings import Settings
 
-__all__ = ["DemoHttpClient", "http_error"]
+__all__ = ["DemoHttpClient", "DemoService", "http_error"]
 
 
 def http_error(status: int, url: str) -> EnrichmentFailed:
@@ -41,6 +42,15 @@ def _answer(body: bytes, url: str) -> Any:
         raise TransientLookupError(f"not JSON from {url}: {exc}") from None
 
 
+class DemoService(JobSection):
+    """The demo job's own section, `demo_service:`: where its lookup service answers."""
+
+    section: ClassVar[str] = "demo_service"
+    url: str = "http://127.0.0.1:8765"
+    # Preflight: the service must answer here (any HTTP status counts); null: `url`.
+    health_url: str | None = None
+
+
 class DemoHttpClient:
     """Looks up `record["company"]`; one pooled aiohttp session per event loop, created
     on first use (on the worker's loop, not where the client was built)."""
@@ -57,10 +67,10 @@ class DemoHttpClient:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DemoHttpClient:
-        """From the `enrichment:` settings: url, health_url, and one connection per lookup
-        in flight (capacity, or max_capacity where the stage's bound adapts)."""
-        cfg = settings.enrichment
-        return cls(cfg.url, cfg.max_capacity or cfg.capacity, cfg.health_url)
+        """From the demo job's `demo_service:` section (url, health_url) and one connection
+        per lookup in flight (enrichment.capacity, or max_capacity where the bound adapts)."""
+        service, cfg = DemoService.of(settings), settings.enrichment
+        return cls(service.url, cfg.max_capacity or cfg.capacity, service.health_url)
 
     async def _ensure(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -118,7 +128,7 @@ class DemoHttpClient:
         import urllib.request
 
         url = self.health_url or self.base
-        key = "enrichment.health_url" if self.health_url else "enrichment.url"
+        key = "demo_service.health_url" if self.health_url else "demo_service.url"
         try:
             with urllib.request.urlopen(url, timeout=timeout_s):
                 return None

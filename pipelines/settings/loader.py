@@ -238,48 +238,16 @@ def load_settings(
     environ = dict(os.environ) if environ is None else environ
     tree: dict[str, Any] = {"job": {"name": job}}
     sources: dict[str, str] = {"job.name": DEFAULT_SOURCE}
-
-    base = conf / "base" / f"{job}.yaml"
-    if not base.is_file():
-        known = sorted(p.stem for p in (conf / "base").glob("*.yaml"))
-        raise ConfigError(
-            f"{_rel(base)}: no such job config; jobs with a config: {', '.join(known) or 'none'}"
-        )
-    layers = [base]
-    if env:
-        overlay = conf / env / f"{job}.yaml"
-        if not overlay.is_file():
-            envs = sorted(
-                p.name for p in conf.iterdir() if p.is_dir() and p.name not in ("base", "local")
-            )
-            raise ConfigError(
-                f"{_rel(overlay)}: no overlay for env {env!r}; "
-                f"envs with a {job}.yaml: "
-                f"{', '.join(e for e in envs if (conf / e / f'{job}.yaml').is_file()) or 'none'}"
-            )
-        layers.append(overlay)
-    local_layer = conf / "local" / f"{job}.yaml"
-    if local and local_layer.is_file():
-        layers.append(local_layer)
-    for path in layers:
-        _merge(tree, _read_yaml(path), _rel(path), sources)
-
-    for name in sorted(environ):
-        if name.startswith(ENV_PREFIX):
-            dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
-            piece: dict[str, Any] = {}
-            _set_dotted(piece, dotted, _value_for(dotted, environ[name]))
-            _merge(tree, piece, f"env {name}", sources)
-
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(
-                f"--set {item}: expected key=value, e.g. --set source.group_id=my-group"
-            )
-        key, _, value = item.partition("=")
-        piece = {}
-        _set_dotted(piece, key.strip(), _value_for(key.strip(), value))
-        _merge(tree, piece, "--set", sources)
+    applied = [DEFAULT_SOURCE]  # each layer's origin, lowest first
+    for path in _layer_files(conf, job, env, local):
+        applied.append(_rel(path))
+        _merge(tree, _read_yaml(path), applied[-1], sources)
+    for origin, dotted, value in _given_values(environ, overrides):
+        applied.append(origin)
+        piece: dict[str, Any] = {}
+        _set_dotted(piece, dotted, value)
+        _merge(tree, piece, origin, sources)
+    _fix_capacity_without_growth(tree, sources, applied)
 
     given: dict[str, dict[str, Any]] = {}  # the job's sections, as the layers merged them
     for name in own:
@@ -320,6 +288,73 @@ def load_settings(
         if value not in (None, "") and from_reference(sources.get(key, ""))
     )
     return Loaded(settings, sources, resolved)
+
+
+def _layer_files(conf: Path, job: str, env: str | None, local: bool) -> list[Path]:
+    """The job's YAML layers, lowest first: base, the env's overlay, this machine's own."""
+    base = conf / "base" / f"{job}.yaml"
+    if not base.is_file():
+        known = sorted(p.stem for p in (conf / "base").glob("*.yaml"))
+        raise ConfigError(
+            f"{_rel(base)}: no such job config; jobs with a config: {', '.join(known) or 'none'}"
+        )
+    layers = [base]
+    if env:
+        overlay = conf / env / f"{job}.yaml"
+        if not overlay.is_file():
+            envs = sorted(
+                p.name for p in conf.iterdir() if p.is_dir() and p.name not in ("base", "local")
+            )
+            raise ConfigError(
+                f"{_rel(overlay)}: no overlay for env {env!r}; "
+                f"envs with a {job}.yaml: "
+                f"{', '.join(e for e in envs if (conf / e / f'{job}.yaml').is_file()) or 'none'}"
+            )
+        layers.append(overlay)
+    local_layer = conf / "local" / f"{job}.yaml"
+    if local and local_layer.is_file():
+        layers.append(local_layer)
+    return layers
+
+
+def _given_values(environ: dict[str, str], overrides) -> list[tuple[str, str, Any]]:
+    """(origin, dotted key, value) from PIPELINES__ variables, then from --set, in order."""
+    given = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX):
+            dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+            given.append((f"env {name}", dotted, _value_for(dotted, environ[name])))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"--set {item}: expected key=value, e.g. --set source.group_id=my-group"
+            )
+        key, _, value = item.partition("=")
+        given.append(("--set", key.strip(), _value_for(key.strip(), value)))
+    return given
+
+
+def _fix_capacity_without_growth(
+    tree: dict[str, Any], sources: dict[str, str], applied: list[str]
+) -> None:
+    """A capacity set in a layer above the one that set `max_capacity` is the most in
+    flight: the growth bound of a lower layer is dropped, unless the same or a later layer
+    asks for growth again. (`--set enrichment.capacity=20` spares a fragile service even
+    when the job's YAML lets the bound grow.)"""
+    enrichment = tree.get("enrichment")
+    if not isinstance(enrichment, dict) or enrichment.get("max_capacity") is None:
+        return
+    capacity_from = sources.get("enrichment.capacity")
+    growth_from = sources.get("enrichment.max_capacity")
+    if capacity_from is None or growth_from is None:
+        return
+
+    def rank(origin: str) -> int:
+        return len(applied) - 1 - applied[::-1].index(origin)
+
+    if rank(capacity_from) > rank(growth_from):
+        enrichment["max_capacity"] = None
+        sources["enrichment.max_capacity"] = f"{capacity_from} (capacity set without max_capacity)"
 
 
 def effective_view(loaded: Loaded) -> list[tuple[str, str, str]]:

@@ -382,12 +382,12 @@ class EnrichmentOperator(str, Enum):
 
 
 class EnrichmentSettings(Model):
-    url: str = "http://127.0.0.1:8765"
     operator: EnrichmentOperator = EnrichmentOperator.FLOWING
     batch_size: int = Field(default=100, ge=1)
     batch_delay: int = 20  # longest a partial batch waits before it is sent on
     trace_timing: bool = False  # add _timing {in, out} (epoch ms) to each output record
-    # batched: lookups of one batch share one POST {url}/lookup/batch round trip
+    # Lookups that start together go to the client's `lookup_batch` as one call, where the
+    # client has one (pipelines.lookups)
     coalesce: bool = False
     capacity: int = Field(default=100, ge=1)
     # The flowing operator only: let the in-flight bound grow from `capacity` up to this
@@ -401,8 +401,6 @@ class EnrichmentSettings(Model):
     # After the retries of a transient failure (timeout, connection, 5xx). A permanent
     # failure (the service says the record cannot be enriched, e.g. 4xx) always dead-letters.
     on_failure: OnFailure = OnFailure.DEAD_LETTER
-    # Preflight: the service must answer here (any HTTP status counts); null: `url`.
-    health_url: str | None = None
 
     _dur = duration_fields("timeout", "backoff", "batch_delay")
 

@@ -5,8 +5,8 @@ marker is what the new module gets."""
 
 # --- example ---
 # A section of this job's own settings (docs/configuration.md, "A job's own settings"):
-# uncomment, rename, add the `pricing:` section to conf/base/TEMPLATE_JOB.yaml, and declare
-# it with the job at the end of this module: `job = Job(build, sections=(Pricing,))`.
+# uncomment, rename, add the `pricing:` section to conf/base/TEMPLATE_JOB.yaml, and add
+# Pricing to the job's sections at the end of this module: `job = Job(build, sections=(...))`.
 from pathlib import Path
 from typing import ClassVar
 

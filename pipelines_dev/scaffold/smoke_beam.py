@@ -25,7 +25,7 @@ def test_TEMPLATE_JOB_processes_every_record(kafka, names, enrichment_service):
         "TEMPLATE_JOB",
         *topic_args(kafka, names, dead_letters=True),
         "--set",
-        f"enrichment.url={enrichment_service.url}",
+        f"demo_service.url={enrichment_service.url}",
         "--set",
         "beam.runner=direct",
         "--set",

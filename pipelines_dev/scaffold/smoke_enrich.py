@@ -33,7 +33,7 @@ def service(request) -> list[str]:
             f"`service` in tests/integration/test_job_{JOB}.py starts it and returns the "
             f"--set lines it needs"
         )
-    return [f"enrichment.url={request.getfixturevalue('enrichment_service').url}"]
+    return [f"demo_service.url={request.getfixturevalue('enrichment_service').url}"]
 
 
 # -----------------------------------------------------------------------------------------

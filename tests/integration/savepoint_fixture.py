@@ -51,7 +51,7 @@ def make(bootstrap: str, enrichment_url: str) -> Path:
         "enrich",
         *topic_args(bootstrap, fixture_names, dead_letters=True),
         "--set",
-        f"enrichment.url={enrichment_url}",
+        f"demo_service.url={enrichment_url}",
         "--set",
         "checkpoint.interval=1s",
         "--set",

@@ -103,7 +103,7 @@ def test_no_record_stops_the_enrich_job(kafka, names, enrichment_service):
         "enrich",
         *topic_args(kafka, names, dead_letters=True),
         "--set",
-        f"enrichment.url={enrichment_service.url}",
+        f"demo_service.url={enrichment_service.url}",
         "--set",
         "source.bounded=true",
         "--set",

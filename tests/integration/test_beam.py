@@ -51,7 +51,11 @@ def beam_ready():
 
 
 def beam_args(kafka, names, service, *sets: str) -> list[str]:
-    args = [*topic_args(kafka, names, dead_letters=True), "--set", f"enrichment.url={service.url}"]
+    args = [
+        *topic_args(kafka, names, dead_letters=True),
+        "--set",
+        f"demo_service.url={service.url}",
+    ]
     for item in sets:
         args += ["--set", item]
     return args

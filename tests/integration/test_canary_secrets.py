@@ -218,7 +218,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
             f"sink.topic={names('eout')}",
             f"source.group_id={names('egroup')}",
             f"sink.transactional_id_prefix={names('etx')}",
-            f"enrichment.url={enrichment_service.url}",
+            f"demo_service.url={enrichment_service.url}",
         ),
         env=canary["env"],
     )
@@ -273,7 +273,7 @@ def test_every_command_keeps_the_canaries_where_they_belong(
             f"sink.topic={names('bout')}",
             f"source.group_id={names('bgroup')}",
             f"sink.transactional_id_prefix={names('btx')}",
-            f"enrichment.url={enrichment_service.url}",
+            f"demo_service.url={enrichment_service.url}",
             "beam.streaming=false",
             "beam.max_records=300",
         ),

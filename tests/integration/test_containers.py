@@ -150,7 +150,7 @@ def test_deploy_image_runs_the_enrich_job_with_checkpoints_on_a_volume(
         "sink.topic": names("out"),
         "sink.dead_letter_topic": names("dlq"),
         "sink.transactional_id_prefix": names("tx"),
-        "enrichment.url": "http://enrichment:8080",
+        "demo_service.url": "http://enrichment:8080",
         "checkpoint.interval": "1s",
         "checkpoint.retention": "retain",
         "checkpoint.storage": "file:///checkpoints/{job}",

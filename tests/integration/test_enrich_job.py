@@ -33,7 +33,7 @@ def enrich_args(kafka, names, service, *extra, out="out"):
         "enrich",
         *topic_args(kafka, names, out=out, tx_suffix=f"-{out}", dead_letters=True),
         "--set",
-        f"enrichment.url={service.url}",
+        f"demo_service.url={service.url}",
         *extra,
     ]
 

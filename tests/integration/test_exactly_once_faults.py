@@ -56,7 +56,7 @@ def job(kafka, names, enrichment_service, tmp_path):
         "enrich",
         *topic_args(kafka, names, dead_letters=True),
         "--set",
-        f"enrichment.url={enrichment_service.url}",
+        f"demo_service.url={enrichment_service.url}",
         "--set",
         f"checkpoint.storage=file://{tmp_path}/checkpoints",
         "--set",

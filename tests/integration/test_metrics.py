@@ -83,7 +83,7 @@ def test_prometheus_reconciles_the_enrich_job_and_its_enrichment_alert_fires(
         "enrich",
         *topic_args(kafka, names, dead_letters=True),
         "--set",
-        f"enrichment.url={enrichment_service.url}",
+        f"demo_service.url={enrichment_service.url}",
         "--set",
         "enrichment.retries=0",
         "--set",

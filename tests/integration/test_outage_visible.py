@@ -36,7 +36,7 @@ def outage(kafka, names, enrichment_service):
         "enrich",
         *topic_args(kafka, names, dead_letters=True),
         "--set",
-        f"enrichment.url={enrichment_service.url}",
+        f"demo_service.url={enrichment_service.url}",
         "--set",
         f"enrichment.retries={RETRIES}",
         "--set",
@@ -133,10 +133,10 @@ def test_total_outage_under_fail_fails_the_job_and_writes_nothing(kafka, names, 
 
 def test_preflight_names_an_enrichment_service_that_does_not_answer(kafka, names, outage):
     dead_url = "http://127.0.0.1:1"
-    proc = run_cli("doctor", *outage, "--set", f"enrichment.url={dead_url}", check=False)
+    proc = run_cli("doctor", *outage, "--set", f"demo_service.url={dead_url}", check=False)
     assert proc.returncode == 2
     assert (
-        f"error: enrichment.url: no enrichment service answered at {dead_url} within 5s "
+        f"error: demo_service.url: no enrichment service answered at {dead_url} within 5s "
         f"(Connection refused); start it (the demo: `make enrichment-up`) or pass "
         f"--skip-preflight"
     ) in proc.stdout

@@ -93,7 +93,9 @@ class Pricing(JobSection):
 """
 
 PLUG = "    return DemoHttpClient.from_settings(settings)\n"
-PLAIN_JOB, OWN_JOB = "\njob = Job(build)\n", "\njob = Job(build, sections=(Pricing,))\n"
+# The demo client's section goes with the demo client; the team's own takes its place.
+PLAIN_JOB = "\njob = Job(build, sections=(DemoService,))\n"
+OWN_JOB = "\njob = Job(build, sections=(Pricing,))\n"
 OWN_PLUG = (
     "    from pipelines.lookups.prices import PriceTable\n\n"
     "    pricing = Pricing.of(settings)\n"
@@ -170,7 +172,7 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, second_cluster,
         module_path = copy / "pipelines" / "jobs" / "orders.py"
         module = module_path.read_text()
         # The commented example `new` wrote says how to declare the section: with the job.
-        assert "`job = Job(build, sections=(Pricing,))`" in module
+        assert "# Pricing to the job's sections at the end of this module" in module
         assert module.count(PLUG) == 1 and module.count(PLAIN_JOB) == 1
         at = module.index("\ndef lookup_client")
         module = module[:at] + MODEL + module[at:].replace(PLUG, OWN_PLUG)
@@ -178,6 +180,10 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, second_cluster,
         conf_path = copy / "conf" / "base" / "orders.yaml"
         conf_text = conf_path.read_text()
         assert "# pricing:\n#   table: conf/prices.csv\n" in conf_text
+        # The demo client's section goes with it.
+        demo = "demo_service:\n  url: http://127.0.0.1:8765\n"
+        assert conf_text.count(demo) == 1
+        conf_text = conf_text.replace(demo, "")
         conf_path.write_text(conf_text + yaml.safe_dump(
             {"pricing": {"table": str(table), "api_token": "${env:PRICING_TOKEN}"}}
         ))  # fmt: skip
@@ -204,7 +210,7 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, second_cluster,
         # ...and passes once that place is changed; the logic test passes as generated.
         smoke_path = copy / smoke
         text = smoke_path.read_text()
-        body = re.search(r"    client = lookup_client\(.*?\n    return \[f\"enrich.*?\]\n",
+        body = re.search(r"    client = lookup_client\(.*?\n    return \[f\"demo_service.*?\]\n",
                          text, re.S)  # fmt: skip
         assert body, text
         smoke_path.write_text(text.replace(body.group(0), "    return []  # needs no service\n"))

@@ -85,7 +85,7 @@ def test_enrich_carries_key_headers_and_timestamp_or_keys_by_a_field(
 ):
     create_topics(kafka, {names("in"): 2, names("out"): 2, names("out2"): 2, names("dlq"): 1})
     sent = _keyed_input(kafka, names)
-    service = ["--set", f"enrichment.url={enrichment_service.url}"]
+    service = ["--set", f"demo_service.url={enrichment_service.url}"]
     run_cli("run", "enrich", *_bounded(kafka, names, dead_letters=True), *service)
     out = _by_id(kafka, names("out"))
     assert {i: (k, h, ts) for i, (k, h, ts, _) in out.items()} == sent

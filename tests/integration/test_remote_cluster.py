@@ -30,7 +30,7 @@ def _enrich_args(kafka, names, service):
         "enrich",
         *topic_args(kafka, names, dead_letters=True),
         "--set",
-        f"enrichment.url={service.url}",
+        f"demo_service.url={service.url}",
         "--set",
         "source.bounded=true",
     ]

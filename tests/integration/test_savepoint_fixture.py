@@ -47,7 +47,7 @@ def test_a_savepoint_from_before_the_move_restores_every_operator(
         "enrich",
         *topic_args(kafka, fixture_names, dead_letters=True),
         "--set",
-        f"enrichment.url={enrichment_service.url}",
+        f"demo_service.url={enrichment_service.url}",
         "--set",
         "checkpoint.interval=1s",
         "--from-checkpoint",

@@ -121,7 +121,7 @@ def test_enrich_over_sasl_ssl_password_from_file_pkcs12_truststore(
         *as_args(
             security_sets(secure, file_ref(secure), secure.tls.truststore_p12)
             + job_sets(names, dead_letters=True)
-            + [f"enrichment.url={enrichment_service.url}"]
+            + [f"demo_service.url={enrichment_service.url}"]
         ),
     )
     out = [json.loads(v) for v in read_all(conf, names("out"))]

@@ -20,7 +20,7 @@ def _enrich(kafka, names, service, *extra):
         "enrich",
         *topic_args(kafka, names, dead_letters=True),
         "--set",
-        f"enrichment.url={service.url}",
+        f"demo_service.url={service.url}",
         *extra,
     ]
 

@@ -11,6 +11,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from pipelines import jobs
 from pipelines.beam.run import bounded_read_problem
 from pipelines.beam.transforms import (
     ConfigUnsupported,
@@ -43,7 +44,9 @@ def tier_table(settings):
 
 
 def settings(*overrides):
-    return load_settings("enrich", environ={}, overrides=list(overrides)).settings
+    return load_settings(
+        "enrich", sections=jobs.load("enrich").sections, environ={}, overrides=list(overrides)
+    ).settings
 
 
 def rows(*values):

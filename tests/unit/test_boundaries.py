@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines import jobs
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job
 
@@ -301,11 +302,14 @@ def test_checkpoint_storage_is_resolved_where_the_job_runs(tmp_path):
     from pipelines.flink.environment import checkpoint_dir, savepoint_dir
     from pipelines.running import paths
 
-    settings = load_settings("enrich", environ={}).settings
+    settings = load_settings("enrich", sections=jobs.load("enrich").sections, environ={}).settings
     assert checkpoint_dir(settings) == f"file://{paths.LOCAL_DIR}/checkpoints/enrich"
     assert savepoint_dir(settings) == f"file://{paths.LOCAL_DIR}/savepoints/enrich"
     custom = load_settings(
-        "enrich", environ={}, overrides=[f"checkpoint.storage={tmp_path}/cp/{{job}}"]
+        "enrich",
+        environ={},
+        overrides=[f"checkpoint.storage={tmp_path}/cp/{{job}}"],
+        sections=jobs.load("enrich").sections,
     ).settings
     assert checkpoint_dir(custom) == f"file://{tmp_path}/cp/enrich"
 

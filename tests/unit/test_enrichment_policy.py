@@ -50,8 +50,9 @@ async def _with_service(behaviour: Behaviour, cfg_kwargs: dict, records: list[di
 
     server = TestServer(make_app(behaviour), host="127.0.0.1")
     await server.start_server()
-    cfg = EnrichmentSettings(url=f"http://127.0.0.1:{server.port}", **cfg_kwargs)
-    enricher = _enricher(stage_client(DemoHttpClient(cfg.url, cfg.capacity), cfg), cfg, **kw)
+    cfg = EnrichmentSettings(**cfg_kwargs)
+    url = f"http://127.0.0.1:{server.port}"
+    enricher = _enricher(stage_client(DemoHttpClient(url, cfg.capacity), cfg), cfg, **kw)
     try:
         if VIA["mode"] == "many":
             texts = await enricher.many(records)
@@ -269,13 +270,13 @@ def test_an_answer_that_is_not_json_is_a_transient_failure_naming_the_url():
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         cfg = EnrichmentSettings(
-            url=f"http://127.0.0.1:{server.port}",
             coalesce=True,
             retries=1,
             backoff=1,
             on_failure=OnFailure.MARK_MISSING,
         )
-        enricher = _enricher(stage_client(DemoHttpClient(cfg.url, cfg.capacity), cfg), cfg)
+        url = f"http://127.0.0.1:{server.port}"
+        enricher = _enricher(stage_client(DemoHttpClient(url, cfg.capacity), cfg), cfg)
         try:
             if VIA["mode"] == "many":
                 return await enricher.many([rec(1, "x")])

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from pipelines import jobs
 from pipelines.flink.environment import create_environment, flink_configuration
 from pipelines.settings import load_settings
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.unit
 def env():
     settings = load_settings(
         "enrich",
+        sections=jobs.load("enrich").sections,
         environ={},
         overrides=[
             "checkpoint.interval=7s",

@@ -59,7 +59,7 @@ def sizing(env) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def enrich_settings():
-    return load_settings("enrich", environ={}).settings
+    return load_settings("enrich", sections=jobs.load("enrich").sections, environ={}).settings
 
 
 def test_a_job_that_builds_an_enrichment_stage_is_sized_for_it_and_its_client_checked(

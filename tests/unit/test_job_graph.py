@@ -12,6 +12,7 @@ import importlib
 
 import pytest
 
+from pipelines import jobs
 from pipelines.flink.environment import create_environment
 from pipelines.settings import load_settings
 
@@ -74,7 +75,9 @@ CASES = {
 
 
 def operators(job: str, sets: list[str]) -> list[tuple[str, str | None]]:
-    settings = load_settings(job, overrides=sets, environ={}).settings
+    settings = load_settings(
+        job, overrides=sets, environ={}, sections=jobs.load(job).sections
+    ).settings
     env = create_environment(settings)
     importlib.import_module(f"pipelines.jobs.{job}").build(env, settings)
     graph = env._generate_stream_graph(clear_transformations=True)

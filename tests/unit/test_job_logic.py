@@ -71,7 +71,7 @@ def test_enrich_adds_the_services_answer_and_dead_letters_what_it_cannot(
             {"id": 3},
             {"id": 4, "company": "Globex"},
         ],
-        overrides=[f"enrichment.url={enrichment_service.url}", "sink.dead_letter_topic=dlq"],
+        overrides=[f"demo_service.url={enrichment_service.url}", "sink.dead_letter_topic=dlq"],
     )
     enriched = sorted(out.records, key=lambda r: r["id"])
     assert [(r["id"], r["enrichment"]) for r in enriched] == [
@@ -97,7 +97,7 @@ def test_enrich_flowing_emits_every_record_once_in_either_mode(flink_env, enrich
         "enrich",
         inputs,
         overrides=[
-            f"enrichment.url={enrichment_service.url}",
+            f"demo_service.url={enrichment_service.url}",
             "sink.dead_letter_topic=dlq",
             "enrichment.operator=flowing",
             "enrichment.batch_size=7",

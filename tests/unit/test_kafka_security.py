@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines import jobs
 from pipelines.settings import ConfigError, load_settings
 from pipelines.settings.client_properties import (
     jaas_quote,
@@ -17,7 +18,9 @@ pytestmark = pytest.mark.unit
 
 
 def settings(*sets: str, job: str = "passthrough"):
-    return load_settings(job, overrides=list(sets), environ={}).settings
+    return load_settings(
+        job, overrides=list(sets), environ={}, sections=jobs.load(job).sections
+    ).settings
 
 
 def conflict(*sets: str) -> str:

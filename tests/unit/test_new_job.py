@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.settings import ConfigError
+from pipelines.lookups.http_demo import DemoService
+from pipelines.settings import ConfigError, load_settings
 from pipelines_dev.scaffolding import PLACEHOLDER, SCAFFOLD, new_job, with_section_example
 
 pytestmark = pytest.mark.unit
@@ -83,6 +84,24 @@ def test_new_job_owns_its_topics_group_and_prefix(project, template):
     assert 'JOB = "orders"' in created.logic_test.read_text()
 
 
+def test_a_new_job_holds_few_lookups_in_flight_until_its_service_is_measured(project):
+    created = new_job("orders", "enrich", project)
+    text = created.config.read_text()
+    conf = yaml.safe_load(text)["enrichment"]
+    template = yaml.safe_load((project / "conf" / "base" / "enrich.yaml").read_text())
+    assert (template["enrichment"]["capacity"], template["enrichment"]["max_capacity"]) == (
+        8000, 64000,
+    )  # fmt: skip
+    assert conf["capacity"] == 32 and "max_capacity" not in conf
+    assert "# A small fixed bound against a service nobody has measured yet" in text
+    # ...and it loads: a fixed bound of 32, batches no larger than it.
+    sections = (DemoService,)  # the demo client's, which the copy keeps
+    loaded = load_settings(
+        "orders", conf_dir=project / "conf", environ={}, sections=sections
+    ).settings.enrichment
+    assert (loaded.capacity, loaded.max_capacity, loaded.effective_batch_size()) == (32, None, 32)
+
+
 def commented_example() -> str:
     example = (ROOT / SCAFFOLD / "section_example.py").read_text().replace(PLACEHOLDER, "orders")
     return with_section_example("\ndef f(): pass\n", example).split("\ndef f")[0][1:] + "\n"
@@ -109,13 +128,14 @@ def test_the_commented_example_of_a_jobs_own_settings_works_once_uncommented(pro
     module = types.ModuleType("pipelines.jobs.orders")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # as an import would
     source = uncommented(created.module.read_text(), "# from pathlib import Path")
-    # What the example's comment asks for: the section declared with the job.
-    assert source.count("\njob = Job(build)\n") == 1
-    source = source.replace("\njob = Job(build)\n", "\njob = Job(build, sections=(Pricing,))\n")
+    # What the example's comment asks for: the section declared with the job's others.
+    declared = "\njob = Job(build, sections=(DemoService,))\n"
+    assert source.count(declared) == 1
+    source = source.replace(declared, "\njob = Job(build, sections=(DemoService, Pricing))\n")
     exec(source, module.__dict__)
     created.config.write_text(uncommented(created.config.read_text(), "# pricing:"))
     monkeypatch.setenv("PRICING_TOKEN", "t0ken-from-env")
-    assert module.job.sections == (module.Pricing,)
+    assert module.job.sections == (module.DemoService, module.Pricing)
     loaded = load_settings(
         "orders", conf_dir=project / "conf", environ={}, sections=module.job.sections
     )

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipelines import jobs
+from pipelines.lookups.http_demo import DemoService
 from pipelines.running.paths import PROJECT_ROOT
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job
@@ -43,7 +45,9 @@ def secured(tmp_path, monkeypatch):
     }
     (tmp_path / "conf" / "base").mkdir(parents=True)
     (tmp_path / "conf" / "base" / "enrich.yaml").write_text(yaml.safe_dump(conf))
-    loaded = load_settings("enrich", conf_dir=tmp_path / "conf", environ={})
+    loaded = load_settings(
+        "enrich", sections=jobs.load("enrich").sections, conf_dir=tmp_path / "conf", environ={}
+    )
     package = package_job(loaded, tmp_path / "pkg", python=None, flink="flink")
     return package, password_file
 
@@ -260,13 +264,15 @@ def test_a_value_from_a_reference_stays_a_reference_whatever_its_key(tmp_path, m
     monkeypatch.setenv("GROUP_FROM_ENV", "canary-group")
     conf = dict(BASE)
     conf["source"] = {**BASE["source"], "group_id": "${env:GROUP_FROM_ENV}"}
-    conf["enrichment"] = {**BASE["enrichment"], "url": "http://u:canary-url-pass@svc:8765"}
+    conf["demo_service"] = {"url": "http://u:canary-url-pass@svc:8765"}
     (tmp_path / "conf" / "base").mkdir(parents=True)
     (tmp_path / "conf" / "base" / "enrich.yaml").write_text(yaml.safe_dump(conf))
-    loaded = load_settings("enrich", conf_dir=tmp_path / "conf", environ={})
+    loaded = load_settings(
+        "enrich", conf_dir=tmp_path / "conf", environ={}, sections=(DemoService,)
+    )
     package = package_job(loaded, tmp_path / "pkg", python=None, flink="flink")
     config = yaml.safe_load((package.root / "conf" / "base" / "enrich.yaml").read_text())
     assert config["source"]["group_id"] == "${env:GROUP_FROM_ENV}"
-    assert config["enrichment"]["url"] == "${env:PIPELINES__ENRICHMENT__URL}"
+    assert config["demo_service"]["url"] == "${env:PIPELINES__DEMO_SERVICE__URL}"
     text = "".join(p.read_text(errors="replace") for p in package.root.rglob("*") if p.is_file())
     assert "canary-group" not in text and "canary-url-pass" not in text

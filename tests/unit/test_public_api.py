@@ -32,7 +32,7 @@ PUBLIC = {
         "BatchEnrichmentClient", "ClientFactory", "EnrichmentClient", "EnrichmentFailed",
         "PermanentLookupError", "TransientLookupError",
     ],
-    "pipelines.lookups.http_demo": ["DemoHttpClient", "http_error"],
+    "pipelines.lookups.http_demo": ["DemoHttpClient", "DemoService", "http_error"],
     "pipelines.job": ["Build", "Job", "JobError"],
     "pipelines.testing": ["TOPIC", "Output", "Record", "Written", "run", "settings_for"],
     "pipelines.beam.transforms": [

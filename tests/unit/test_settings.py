@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.lookups.http_demo import DemoService
 from pipelines.settings import (
     ConfigError,
     SecretMask,
@@ -109,6 +110,34 @@ def test_a_max_capacity_below_capacity_is_refused_naming_both(tmp_path):
         f"{conf / 'base' / 'demo.yaml'}: enrichment: max_capacity (4000) is below capacity "
         "(8000): the in-flight bound adapts from capacity up to max_capacity"
     )
+
+
+def test_a_capacity_set_above_the_growth_bound_is_the_most_in_flight(tmp_path):
+    grows = BASE + "enrichment: {capacity: 8000, max_capacity: 64000}\n"
+    conf = _conf(tmp_path, grows, prod="enrichment: {capacity: 500}\n")
+
+    def bounds(env=None, environ=None, *sets):
+        loaded = load_settings(
+            "demo", env=env, conf_dir=conf, environ=environ or {}, overrides=sets
+        )
+        cfg = loaded.settings.enrichment
+        return cfg.capacity, cfg.max_capacity, loaded.sources["enrichment.max_capacity"]
+
+    base = str(conf / "base" / "demo.yaml")
+    assert bounds() == (8000, 64000, base)  # the YAML asks for growth
+    assert bounds(None, None, "enrichment.capacity=20") == (
+        20,
+        None,
+        "--set (capacity set without max_capacity)",
+    )
+    assert bounds(None, None, "enrichment.capacity=20", "enrichment.max_capacity=40") == (
+        20,
+        40,
+        "--set",
+    )
+    assert bounds(None, {"PIPELINES__ENRICHMENT__CAPACITY": "30"})[:2] == (30, None)
+    prod = str(conf / "prod" / "demo.yaml")
+    assert bounds("prod") == (500, None, f"{prod} (capacity set without max_capacity)")
 
 
 def test_missing_job_config_lists_known_jobs(tmp_path):
@@ -276,8 +305,15 @@ SECRET_PROPERTIES = {
 
 
 def _loaded_with(tmp_path, *overrides: str):
-    """BASE with `--set` overrides, and no PIPELINES__ environment."""
-    return load_settings("demo", conf_dir=_conf(tmp_path, BASE), environ={}, overrides=overrides)
+    """BASE with `--set` overrides, and no PIPELINES__ environment; the demo job's section
+    declared."""
+    return load_settings(
+        "demo",
+        conf_dir=_conf(tmp_path, BASE),
+        environ={},
+        overrides=overrides,
+        sections=(DemoService,),
+    )
 
 
 def test_secret_keys_by_pattern_are_masked_where_printed(tmp_path):
@@ -316,10 +352,10 @@ def test_a_value_from_a_reference_is_a_secret_whatever_its_key(tmp_path, monkeyp
 
 def test_a_password_in_a_url_is_masked_in_every_printout(tmp_path):
     loaded = _loaded_with(
-        tmp_path, "enrichment.url=http://svc:canary-url-pass@enrich.example:8765/x"
+        tmp_path, "demo_service.url=http://svc:canary-url-pass@enrich.example:8765/x"
     )
     view = {k: v for k, v, _src in effective_view(loaded)}
-    assert view["enrichment.url"] == "http://svc:******@enrich.example:8765/x"
+    assert view["demo_service.url"] == "http://svc:******@enrich.example:8765/x"
     mask = SecretMask().learn(loaded.settings)
     assert "canary-url-pass" not in mask("GET http://svc:canary-url-pass@enrich.example:8765/x")
 
@@ -342,7 +378,7 @@ def test_the_settings_python_functions_carry_hold_no_kafka_secret(tmp_path, monk
         "kafka.security.ssl_truststore_password=${env:TEST_TRUST}",
         "kafka.librdkafka_properties.sasl.oauthbearer.config=canary-oauth",
         "kafka.properties.client.id=${env:TEST_TRUST}",
-        "enrichment.url=http://svc:8765",
+        "demo_service.url=http://svc:8765",
     )
     canaries = (b"canary-sasl", b"canary-trust", b"canary-oauth")
     whole = pickle.dumps(loaded.settings)
@@ -350,7 +386,7 @@ def test_the_settings_python_functions_carry_hold_no_kafka_secret(tmp_path, monk
     bare = without_secrets(loaded.settings)
     carried = pickle.dumps(bare)
     assert [c for c in canaries if c in carried] == []
-    assert bare.enrichment.url == "http://svc:8765" and bare.sink == loaded.settings.sink
+    assert DemoService.of(bare).url == "http://svc:8765" and bare.sink == loaded.settings.sink
     assert loaded.settings.kafka.security.password.get_secret_value() == "canary-sasl"
 
 
@@ -370,7 +406,7 @@ def test_the_settings_python_functions_carry_hold_no_kafka_secret(tmp_path, monk
         ("job.parallelism", 90_000, "", "90000"),
         ("source.topics", ["a", "b"], "", "[a, b]"),
         ("kafka.properties", {"linger.ms": "5"}, "", "{linger.ms: '5'}"),
-        ("enrichment.url", "http://u:sekrit@svc:80/x", "", "http://u:******@svc:80/x"),
+        ("demo_service.url", "http://u:sekrit@svc:80/x", "", "http://u:******@svc:80/x"),
         ("source.topics", ["http://u:sekrit@h/"], "", "['http://u:******@h/']"),
     ],
 )

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from pipelines import stages
+from pipelines import jobs, stages
 from pipelines.flink.environment import create_environment
 from pipelines.jobs.enrich import lookup_client
 from pipelines.kafka.connectors import source_properties
@@ -18,7 +18,12 @@ pytestmark = pytest.mark.unit
 
 
 def settings_for(job: str, *sets: str):
-    return load_settings(job, overrides=["sink.dead_letter_topic=dlq", *sets], environ={}).settings
+    return load_settings(
+        job,
+        overrides=["sink.dead_letter_topic=dlq", *sets],
+        environ={},
+        sections=jobs.load(job).sections,
+    ).settings
 
 
 def uids(env) -> list[str]:
