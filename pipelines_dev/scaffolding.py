@@ -28,10 +28,12 @@ class NewJob:
     config: Path
     test: Path
     logic_test: Path | None = None  # pipelines.testing, no Kafka (Flink jobs)
+    client_test: Path | None = None  # the job's own lookup client (jobs with lookups)
 
     @property
     def files(self) -> list[Path]:
-        return [p for p in (self.module, self.config, self.logic_test, self.test) if p]
+        found = (self.module, self.config, self.logic_test, self.client_test, self.test)
+        return [p for p in found if p]
 
 
 def _config_for(name: str, source: dict) -> dict:
@@ -114,34 +116,46 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
         raise ConfigError(f"--from {template!r} is not a job; allowed: {', '.join(templates)}")
     source_name = template.removeprefix("beam-")
     package = root / "pipelines" / ("beam" if beam else "jobs")
+    module = (package / f"{source_name}.py").read_text()
+    base_conf = yaml.safe_load((root / "conf" / "base" / f"{source_name}.yaml").read_text())
+    kind = "beam" if beam else _smoke_test_kind(module, base_conf)
+    unit = root / "tests" / "unit"
     target = NewJob(
         module=package / f"{name}.py",
         config=root / "conf" / "base" / f"{name}.yaml",
         test=root / "tests" / "integration" / f"test_{'beam_' if beam else ''}job_{name}.py",
-        logic_test=None if beam else root / "tests" / "unit" / f"test_job_{name}_logic.py",
+        logic_test=None if beam else unit / f"test_job_{name}_logic.py",
+        client_test=unit / f"test_job_{name}_client.py" if kind == "enrich" else None,
     )
     existing = [str(p.relative_to(root)) for p in target.files if p.exists()]
     if existing:
         raise ConfigError(
             f"job {name!r} exists already ({', '.join(existing)}); nothing was written"
         )
-
-    module = (package / f"{source_name}.py").read_text()
-    base_conf = yaml.safe_load((root / "conf" / "base" / f"{source_name}.yaml").read_text())
-    config = _config_text(name, source_name, base_conf) + (SECTION_EXAMPLE_YAML if not beam else "")
-    if not beam:
-        module = with_section_example(module, _scaffold(root, "section_example.py", name))
-    kind = "beam" if beam else _smoke_test_kind(module, base_conf)
-    test = _scaffold(root, f"smoke_{kind}.py", name)
-    logic = None if target.logic_test is None else _scaffold(root, f"logic_{kind}.py", name)
-
-    # Every file read and every check made: now the writes.
-    target.module.write_text(module)
-    target.config.write_text(config)
-    target.test.write_text(test)
-    if target.logic_test is not None and logic is not None:
-        target.logic_test.write_text(logic)
+    _write(target, _contents(root, name, source_name, module, base_conf, kind))
     return target
+
+
+def _contents(root: Path, name: str, source_name: str, module: str, conf: dict, kind: str):
+    """What each of a new job's files holds, by NewJob field."""
+    beam = kind == "beam"
+    return {
+        "module": module
+        if beam
+        else with_section_example(module, _scaffold(root, "section_example.py", name)),
+        "config": _config_text(name, source_name, conf) + ("" if beam else SECTION_EXAMPLE_YAML),
+        "test": _scaffold(root, f"smoke_{kind}.py", name),
+        "logic_test": None if beam else _scaffold(root, f"logic_{kind}.py", name),
+        "client_test": _scaffold(root, "client_enrich.py", name) if kind == "enrich" else None,
+    }
+
+
+def _write(target: NewJob, contents: dict) -> None:
+    """Every file read and every check made: now the writes."""
+    for field, text in contents.items():
+        path = getattr(target, field)
+        if path is not None and text is not None:
+            path.write_text(text)
 
 
 SECTION_MARKER = "# --- example ---\n"

@@ -165,6 +165,10 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, second_cluster,
     try:
         made = Started([*CLI, "new", "orders", "--from", "enrich"], env=env, cwd=copy)
         assert made.wait(60) == 0, made.output
+        # The generated tests of the job's own client pass against the demo client it has.
+        client_tests = "tests/unit/test_job_orders_client.py"
+        generated = _pytest(copy, env, client_tests)
+        assert generated.proc.returncode == 0 and "4 passed" in generated.output, generated.output
         # The team's client and settings, as docs/make-it-yours.md says.
         (copy / "pipelines" / "lookups" / "prices.py").write_text(CLIENT)
         table = copy / "conf" / "prices.csv"
@@ -215,10 +219,15 @@ def test_a_job_with_settings_of_its_own_end_to_end(kafka, names, second_cluster,
         assert body, text
         smoke_path.write_text(text.replace(body.group(0), "    return []  # needs no service\n"))
         (copy / "tests" / "unit" / "test_orders_prices.py").write_text(REAL_CLIENT_TEST)
-        passed = _pytest(copy, env, logic, smoke, "tests/unit/test_orders_prices.py")
+        passed = _pytest(copy, env, logic, smoke, "tests/unit/test_orders_prices.py", client_tests)
         outputs["the generated tests"] = passed.output
         assert passed.proc.returncode == 0, passed.output[-3000:]
-        assert "4 passed" in passed.output
+        # ...and the demo client's tests skip, naming the file for the team's own.
+        assert "4 passed, 4 skipped" in passed.output
+        assert (
+            "tests of the demo client, and the job's is a PriceTable: write its tests in "
+            "tests/unit/test_job_orders_client.py"
+        ) in passed.output
 
         # On Kafka with `pipelines run`: exact, read with read_committed.
         values = demo_values(240, bad_every=40)

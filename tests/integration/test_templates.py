@@ -14,7 +14,7 @@ from tests.integration.helpers import cli, fresh_copy
 pytestmark = pytest.mark.integration
 
 
-TEMPLATES = {"enrich": 3, "windowed": 3, "passthrough": 3, "beam-enrich": 1}  # tests each writes
+TEMPLATES = {"enrich": 7, "windowed": 3, "passthrough": 3, "beam-enrich": 1}  # tests each writes
 
 
 def test_each_new_job_passes_its_own_tests(tmp_path, kafka):
@@ -33,6 +33,9 @@ def test_each_new_job_passes_its_own_tests(tmp_path, kafka):
         if not beam:  # and its fast test, pipelines.testing (no Kafka)
             tests[template].append(f"tests/unit/test_job_{name}_logic.py")
             assert f"created {tests[template][1]}" in made.stdout
+        if template == "enrich":  # and the tests of its own lookup client
+            tests[template].append(f"tests/unit/test_job_{name}_client.py")
+            assert f"created {tests[template][2]}" in made.stdout
     every = [path for paths in tests.values() for path in paths]
     tested = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--durations=0", *every],

@@ -102,6 +102,16 @@ def test_a_new_job_holds_few_lookups_in_flight_until_its_service_is_measured(pro
     assert (loaded.capacity, loaded.max_capacity, loaded.effective_batch_size()) == (32, None, 32)
 
 
+def test_a_job_with_lookups_gets_tests_of_its_own_client(project):
+    created = new_job("orders", "enrich", project)
+    assert created.client_test == project / "tests" / "unit" / "test_job_orders_client.py"
+    scaffold = (project / SCAFFOLD / "client_enrich.py").read_text()
+    assert created.client_test.read_text() == scaffold.replace(PLACEHOLDER, "orders")
+    assert "from pipelines.jobs.orders import lookup_client" in created.client_test.read_text()
+    for template in ("passthrough", "windowed"):
+        assert new_job(f"{template}_copy", template, project).client_test is None
+
+
 def commented_example() -> str:
     example = (ROOT / SCAFFOLD / "section_example.py").read_text().replace(PLACEHOLDER, "orders")
     return with_section_example("\ndef f(): pass\n", example).split("\ndef f")[0][1:] + "\n"
