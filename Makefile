@@ -166,11 +166,13 @@ mutation: venv ## mutation testing of the pure modules (mutmut, [tool.mutmut]): 
 	  k, t, sv, nt = s["killed"] + s["timeout"], s["total"] - s["skipped"], s["survived"], s["no_tests"]; \
 	  print(f"mutation score {k}/{t} = {100 * k / max(t, 1):.1f}% (survived {sv}, not reached by a test {nt})")'
 
-lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two), mypy over pipelines/, pipelines_dev/ and bench/, deptry (every imported package declared)
+lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fixes the last two), mypy over pipelines/, pipelines_dev/ and bench/, deptry (every imported package declared), lint-imports (the layers of docs/layout.md), no function in pipelines/ over 80 lines
 	$(PY) -m ruff check pipelines pipelines_dev tests bench
 	$(PY) -m ruff format --check pipelines pipelines_dev tests bench
 	$(PY) -m mypy
 	$(VENV)/bin/deptry .
+	$(VENV)/bin/lint-imports
+	$(PY) -m pipelines_dev.function_length pipelines
 
 format: venv ## sort imports and format the code (ruff)
 	$(PY) -m ruff check --select I --fix pipelines pipelines_dev tests bench

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.compare import page_with_table, stop_on_signals
-from pipelines.running.paths import local_state
+from pipelines.host.paths import local_state
 from pipelines_dev.faults import ALL_FAULTS, Result, run_trial
 from pipelines_dev.topology import Topology
 
@@ -146,7 +146,7 @@ def recorded(name: str) -> list[Result]:
 def _write(name: str, results: list[Result], text: str | None = None) -> None:
     """Every trial so far (written after each, so an interrupted run keeps them): the full
     run's into bench/results (committed), a smoke's into .local (not)."""
-    from pipelines.running.paths import local_state
+    from pipelines.host.paths import local_state
 
     out = local_state() if name.endswith("smoke") else RESULTS
     out.mkdir(parents=True, exist_ok=True)

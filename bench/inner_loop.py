@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from pipelines.running.paths import PROJECT_ROOT
+from pipelines.host.paths import PROJECT_ROOT
 from pipelines.running.processes import ProcessGroups
 
 RESULTS = PROJECT_ROOT / "bench" / "results"

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from bench.compare import broker_and_service
-from pipelines.running.paths import PROJECT_ROOT
+from pipelines.host.paths import PROJECT_ROOT
 from pipelines_dev.demo import demo_values
 from pipelines_dev.enrichment_service import Service
 from pipelines_dev.topics import (

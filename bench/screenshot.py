@@ -20,7 +20,7 @@ import urllib.parse
 import uuid
 from pathlib import Path
 
-from pipelines.running.paths import PROJECT_ROOT, local_state
+from pipelines.host.paths import PROJECT_ROOT, local_state
 from pipelines.running.processes import ProcessGroups
 from pipelines_dev.demo import demo_values
 from pipelines_dev.enrichment_service import Service

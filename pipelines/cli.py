@@ -18,16 +18,16 @@ from typing import Any
 from pipelines import jobs
 from pipelines.flink.distribution import flink_binary
 from pipelines.flink.jobmanager import DEFAULT_JOBMANAGER, JobManager
+from pipelines.host.jars import fetch, resolve
+from pipelines.host.paths import LOCAL_DIR, PROJECT_ROOT
 from pipelines.kafka.clients import local_bootstrap
 from pipelines.kafka.offsets import OffsetWatcher
 from pipelines.running.errors import Failure, guarded
 from pipelines.running.loading import job_arguments, load, prepare
 from pipelines.running.logs import install_cli_handler
-from pipelines.running.paths import LOCAL_DIR, PROJECT_ROOT
 from pipelines.running.runner import check_local, run_local
 from pipelines.settings import SecretMask, effective_view
 from pipelines.settings.client_properties import librdkafka_config
-from pipelines.shipping.jars import fetch, resolve
 from pipelines.shipping.packaging import package_job
 
 

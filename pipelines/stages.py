@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from pipelines.flink.compat import java_stream, python_stream, window_counts_in_jvm
-from pipelines.flink.compat import split_lines as split_in_jvm
+from pipelines.flink.streams import java_stream, python_stream, window_counts_in_jvm
+from pipelines.flink.streams import split_lines as split_in_jvm
 from pipelines.flink.watermarks import watermark_strategy
 from pipelines.kafka.connectors import build_raw_sink, build_sink, build_source, origin_type_info
 from pipelines.lookups import ClientFactory
@@ -324,7 +324,7 @@ def batch_records(
     after `delay_ms`, before every checkpoint barrier (so exactly-once is untouched) and
     before every watermark (so no record is made late by waiting in a batch). The result
     feeds a batched Python stage only. With `columns` (thread mode) each batch is one row
-    of columns instead (Java ColumnBatcher; flink_compat.column_rows reads it). With
+    of columns instead (Java ColumnBatcher; flink/rows.py column_rows reads it). With
     `drain_markers` an empty batch follows each of those flushes, and a quiet spell: the
     signal for a stage that keeps work in flight to emit it all (the flowing enrichment)."""
     from pyflink.java_gateway import get_gateway
@@ -401,7 +401,7 @@ def parse(
     _expect(raw, Rows, "parse", _FIX_ROWS)
     graph = raw.graph
     # Thread mode: PyFlink 2.2.1 hands a list of rows over as one reused row repeated
-    # (flink_compat.column_rows), so its batches are one row of columns.
+    # (flink/rows.py column_rows), so its batches are one row of columns.
     batched = not per_record
     columns = settings.python.execution_mode is ExecutionMode.THREAD
     parse_fn, dead_letters_tag = make_parse_function(

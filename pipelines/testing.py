@@ -29,13 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines import jobs
-from pipelines.flink.compat import (
-    in_process_worker_boot,
-    in_process_worker_pool,
-    mini_cluster_port,
-    start_mini_cluster,
-)
 from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK
+from pipelines.flink.minicluster import mini_cluster_port, start_mini_cluster
+from pipelines.flink.workers import in_process_worker_boot, in_process_worker_pool
 from pipelines.job import Build, Job
 from pipelines.lookups import ClientFactory
 from pipelines.records.lines import key_of, split_meta

@@ -23,9 +23,9 @@ from pipelines import cli, jobs
 from pipelines.flink.distribution import flink_binary
 from pipelines.flink.environment import savepoint_dir, transactional_identity
 from pipelines.flink.jobmanager import JobManager, JobManagerError, refuse_second_copy
+from pipelines.host.paths import PROJECT_ROOT, local_state, state_root
 from pipelines.running.errors import Failure
 from pipelines.running.loading import load, prepare
-from pipelines.running.paths import PROJECT_ROOT, local_state, state_root
 from pipelines.running.processes import ProcessGroups
 from pipelines.running.progress import first_checkpoint_soon
 from pipelines.running.stopping import StopSignals

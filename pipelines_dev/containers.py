@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.running.paths import PROJECT_ROOT, local_state
+from pipelines.host.paths import PROJECT_ROOT, local_state
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job, shippable
 from pipelines_dev.kafka_broker import SINGLE_NODE, Broker, broker_answers

@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.running.paths import local_state
+from pipelines.host.paths import local_state
 from pipelines.running.processes import PidFile, wait_started
 from pipelines.settings import parse_duration_ms
 

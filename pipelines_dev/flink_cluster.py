@@ -20,11 +20,11 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.flink.compat import quiet_environment_logs
 from pipelines.flink.distribution import flink_home
 from pipelines.flink.environment import FLINK_BIND_OPTIONS, PROMETHEUS_REPORTER
-from pipelines.running.loopback import preload_env
-from pipelines.running.paths import local_state
+from pipelines.flink.gateway import quiet_environment_logs
+from pipelines.host.loopback import preload_env
+from pipelines.host.paths import local_state
 from pipelines.running.processes import command_lines, end_groups, group_alive, groups_of_ours
 
 log = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ class Cluster:
 
 def quiet_client_environment_log(conf_dir: Path) -> None:
     """Keep every process's environment (its secrets) out of the logs of the `flink run`
-    client and the daemons that read `conf_dir` (flink_compat.QUIET_ENVIRONMENT_LOGS)."""
+    client and the daemons that read `conf_dir` (flink/gateway.py QUIET_ENVIRONMENT_LOGS)."""
     for name in ("log4j-cli.properties", "log4j.properties", "log4j-console.properties"):
         if (conf_dir / name).exists():
             quiet_environment_logs(conf_dir / name)

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.host.maven import copy_dependencies, is_resolved
+from pipelines.host.paths import PROJECT_ROOT, local_state
 from pipelines.kafka.clients import quiet_logger
-from pipelines.running.paths import PROJECT_ROOT, local_state
 from pipelines.running.processes import PidFile, start_identity
-from pipelines.shipping.maven import copy_dependencies, is_resolved
 from pipelines_dev.kafka_tls import TlsError, TlsFiles, ensure_tls, write_secret
 from pipelines_dev.ports import port_free
 

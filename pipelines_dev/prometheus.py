@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.running.paths import PROJECT_ROOT, local_state
+from pipelines.host.paths import PROJECT_ROOT, local_state
 from pipelines.running.processes import PidFile, end_groups, wait_started
 from pipelines.settings.schema import LOCAL_REPORTER_PORTS
 

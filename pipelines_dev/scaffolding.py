@@ -17,8 +17,8 @@ import yaml
 import pipelines.beam as beam_package
 import pipelines.jobs as jobs_package
 from pipelines.beam import names as beam_names
+from pipelines.host.paths import PROJECT_ROOT
 from pipelines.jobs import NAME, names
-from pipelines.running.paths import PROJECT_ROOT
 from pipelines.settings import ConfigError
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from pipelines.running.paths import PROJECT_ROOT, local_state
-from pipelines.shipping.jars import JarError, fetch_pinned, read_manifest, sha256_of
+from pipelines.host.jars import JarError, fetch_pinned, read_manifest, sha256_of
+from pipelines.host.paths import PROJECT_ROOT, local_state
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from typing import Sequence
 
 from pipelines.flink.environment import PROMETHEUS_REPORTER
 from pipelines.flink.jobmanager import JobManager, JobManagerError
-from pipelines.running.paths import PROJECT_ROOT, local_state
-from pipelines.shipping.maven import copy_dependencies
+from pipelines.host.maven import copy_dependencies
+from pipelines.host.paths import PROJECT_ROOT, local_state
 from pipelines_dev import containers
 from pipelines_dev.containers import (
     INPUTS_LABEL,

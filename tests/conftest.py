@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.flink.compat import disconnect_gateway, gateway_in_group
+from pipelines.flink.gateway import disconnect_gateway, gateway_in_group
 from pipelines.running.processes import ProcessGroups
 from tests.support import (
     LIVE,

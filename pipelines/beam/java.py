@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.running.loopback import preload_env
-from pipelines.running.paths import JARS_DIR, local_state
+from pipelines.host.jars import sha256_of
+from pipelines.host.loopback import preload_env
+from pipelines.host.maven import copy_dependencies, is_resolved
+from pipelines.host.paths import JARS_DIR, local_state
 from pipelines.running.processes import ProcessGroups
-from pipelines.shipping.jars import sha256_of
-from pipelines.shipping.maven import copy_dependencies, is_resolved
 
 log = logging.getLogger(__name__)
 

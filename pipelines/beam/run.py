@@ -22,12 +22,12 @@ from pathlib import Path
 from pipelines import beam
 from pipelines.beam import java
 from pipelines.beam.java import BeamSetupError, dead_service, free_port, start_listening
+from pipelines.host.loopback import BEAM_WORKER_POOL, bind_grpc_to_loopback
+from pipelines.host.paths import local_state
 from pipelines.kafka.clients import client_config
 from pipelines.running.errors import Failure
 from pipelines.running.loading import load
 from pipelines.running.loading import preflight as run_preflight_rules
-from pipelines.running.loopback import BEAM_WORKER_POOL, bind_grpc_to_loopback
-from pipelines.running.paths import local_state
 from pipelines.running.processes import ProcessGroups
 from pipelines.running.stopping import StopRequested, StopSignals
 from pipelines.running.worker_output import WorkerOutput

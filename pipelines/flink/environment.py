@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
-from pipelines.flink.compat import check_shared_libpython, embedded_python_path
 from pipelines.flink.jobmanager import JOB_PARAMETER, PREFIX_PARAMETER, SAVEPOINT_PARAMETER
-from pipelines.running import paths
+from pipelines.flink.libpython import check_shared_libpython, embedded_python_path
+from pipelines.host import jars, paths
 from pipelines.settings import ExecutionMode, RestartStrategy, Retention, Settings
-from pipelines.shipping import jars
 
 
 def _ms(value: int) -> str:
@@ -86,7 +85,6 @@ def flink_configuration(
     """The Flink configuration a job runs with, as plain key/value strings; `uses` names
     the external services the job calls, as its build wired them
     (pipelines.running.wiring)."""
-    cp = settings.checkpoint
     python = python or sys.executable
     conf: dict[str, str] = {
         "pipeline.name": settings.job.name,
@@ -115,50 +113,13 @@ def flink_configuration(
     conf["python.execution-mode"] = settings.python.execution_mode.value
     if settings.python.execution_mode is ExecutionMode.THREAD:
         conf["python.pythonpath"] = embedded_python_path(python)
-    if cp.enabled:
-        conf.update(
-            {
-                "execution.checkpointing.interval": _ms(cp.interval),
-                "execution.checkpointing.mode": cp.mode.name,
-                "execution.checkpointing.min-pause": _ms(cp.min_pause),
-                "execution.checkpointing.timeout": _ms(cp.timeout),
-                "execution.checkpointing.max-concurrent-checkpoints": str(cp.max_concurrent),
-                "execution.checkpointing.tolerable-failed-checkpoints": str(cp.tolerable_failures),
-                "execution.checkpointing.externalized-checkpoint-retention": (
-                    "RETAIN_ON_CANCELLATION"
-                    if cp.retention is Retention.RETAIN
-                    else "DELETE_ON_CANCELLATION"
-                ),
-                "execution.checkpointing.unaligned.enabled": str(cp.unaligned).lower(),
-            }
-        )
-    rs = settings.restart
-    if rs.strategy is RestartStrategy.NONE:
-        conf["restart-strategy.type"] = "none"
-    elif rs.strategy is RestartStrategy.FIXED_DELAY:
-        conf.update(
-            {
-                "restart-strategy.type": "fixed-delay",
-                "restart-strategy.fixed-delay.attempts": str(rs.attempts),
-                "restart-strategy.fixed-delay.delay": _ms(rs.delay),
-            }
-        )
-    else:
-        conf.update(
-            {
-                "restart-strategy.type": "exponential-delay",
-                "restart-strategy.exponential-delay.initial-backoff": _ms(rs.delay),
-                "restart-strategy.exponential-delay.max-backoff": _ms(rs.max_delay),
-                "restart-strategy.exponential-delay.attempts-before-reset-backoff": str(
-                    rs.attempts
-                ),
-            }
-        )
+    conf.update(checkpoint_options(settings.checkpoint))
+    conf.update(restart_options(settings.restart))
     if settings.metrics.prometheus_port:
         # The wheel's plugins/metrics-prometheus: a cluster loads it from plugins/, a local
-        # run's mini-cluster from its class path (flink_compat.with_reporters). Its HTTP
+        # run's mini-cluster from its class path (flink/gateway.py with_reporters). Its HTTP
         # server binds every interface: the JVMs the project starts run under the loopback
-        # shim (pipelines.running.loopback), which makes it 127.0.0.1.
+        # shim (pipelines.host.loopback), which makes it 127.0.0.1.
         conf["metrics.reporter.prom.factory.class"] = PROMETHEUS_REPORTER
         conf["metrics.reporter.prom.port"] = settings.metrics.prometheus_port
     if settings.job.from_checkpoint:
@@ -166,6 +127,44 @@ def flink_configuration(
     if jar_paths:
         conf["pipeline.jars"] = ";".join(p.resolve().as_uri() for p in jar_paths)
     return conf
+
+
+def checkpoint_options(cp) -> dict[str, str]:
+    """Flink's checkpointing options from the `checkpoint:` settings (none when disabled)."""
+    if not cp.enabled:
+        return {}
+    return {
+        "execution.checkpointing.interval": _ms(cp.interval),
+        "execution.checkpointing.mode": cp.mode.name,
+        "execution.checkpointing.min-pause": _ms(cp.min_pause),
+        "execution.checkpointing.timeout": _ms(cp.timeout),
+        "execution.checkpointing.max-concurrent-checkpoints": str(cp.max_concurrent),
+        "execution.checkpointing.tolerable-failed-checkpoints": str(cp.tolerable_failures),
+        "execution.checkpointing.externalized-checkpoint-retention": (
+            "RETAIN_ON_CANCELLATION"
+            if cp.retention is Retention.RETAIN
+            else "DELETE_ON_CANCELLATION"
+        ),
+        "execution.checkpointing.unaligned.enabled": str(cp.unaligned).lower(),
+    }
+
+
+def restart_options(rs) -> dict[str, str]:
+    """Flink's restart strategy from the `restart:` settings."""
+    if rs.strategy is RestartStrategy.NONE:
+        return {"restart-strategy.type": "none"}
+    if rs.strategy is RestartStrategy.FIXED_DELAY:
+        return {
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": str(rs.attempts),
+            "restart-strategy.fixed-delay.delay": _ms(rs.delay),
+        }
+    return {
+        "restart-strategy.type": "exponential-delay",
+        "restart-strategy.exponential-delay.initial-backoff": _ms(rs.delay),
+        "restart-strategy.exponential-delay.max-backoff": _ms(rs.max_delay),
+        "restart-strategy.exponential-delay.attempts-before-reset-backoff": str(rs.attempts),
+    }
 
 
 def create_environment(

@@ -4,7 +4,7 @@ Kafka -> parse (Python, in batches; bad records to dead letters) -> event time +
 (idleness from config) -> key -> tumbling window -> count -> Kafka; records later than the
 window's allowed lateness go to the late-records topic, never silently dropped. Only parse
 runs in Python: event time, key, window and count run in the JVM on the records parse
-accepted (watermarks.py, flink_compat.window_counts_in_jvm).
+accepted (watermarks.py, flink/streams.py window_counts_in_jvm).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ recovery always uses the checkpoint.
 
 from __future__ import annotations
 
-from pipelines.flink.compat import (
+from pipelines.flink.streams import (
     set_java_record_serializer,
     set_record_deserializer,
     set_transaction_naming,

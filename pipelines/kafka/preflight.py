@@ -96,8 +96,6 @@ def static_problems(s: Settings) -> list[Problem]:
 
 def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     """Rules that ask the broker: reachability, topics, partitions, transaction limits."""
-    from confluent_kafka.admin import ConfigResource
-
     try:
         admin = admin_client(
             s.kafka.bootstrap_servers,
@@ -108,20 +106,41 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
     except BrokerUnreachable as exc:
         return [Problem("error", exc.key, str(exc))]
     metadata = admin.list_topics(timeout=timeout_s)
-    out: list[Problem] = []
     partitions = {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
+    sinks = _sink_topics(s)
+    out = _topic_problems(s, partitions, sinks) + _parallelism_problems(s, partitions)
+    exactly_once = s.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE
+    if len(metadata.brokers) > 1:  # a replicated cluster: can an acknowledged record be lost?
+        out += _replication_problems(admin, metadata, partitions, sinks, exactly_once, timeout_s)
+    if exactly_once:
+        out += _transaction_limit_problems(s, admin, metadata, timeout_s)
+    return out
 
-    src = s.source
-    for topic in src.topics:
-        if topic not in partitions:
-            out.append(
-                Problem(
-                    "error",
-                    "source.topics",
-                    f"topic {topic!r} does not exist on {s.kafka.bootstrap_servers}",
-                )
-            )
-    for offset in src.start.offsets if src.start.mode is StartMode.SPECIFIC_OFFSETS else []:
+
+def _sink_topics(s: Settings) -> list[tuple[str, str]]:
+    """(key, topic) of every topic the job writes."""
+    sinks = [("sink.topic", s.sink.topic)]
+    if s.sink.dead_letter_topic:
+        sinks.append(("sink.dead_letter_topic", s.sink.dead_letter_topic))
+    if (
+        s.window.late_topic
+    ):  # any job that sets one, e.g. made by `pipelines-dev new --from windowed`
+        sinks.append(("window.late_topic", s.window.late_topic))
+    return sinks
+
+
+def _topic_problems(
+    s: Settings, partitions: dict[str, int], sinks: list[tuple[str, str]]
+) -> list[Problem]:
+    """Every topic the job reads or writes exists, and every specific offset's partition."""
+    where = s.kafka.bootstrap_servers
+    out = [
+        Problem("error", "source.topics", f"topic {topic!r} does not exist on {where}")
+        for topic in s.source.topics
+        if topic not in partitions
+    ]
+    start = s.source.start
+    for offset in start.offsets if start.mode is StartMode.SPECIFIC_OFFSETS else []:
         count = partitions.get(offset.topic)
         if count is None:
             out.append(
@@ -136,65 +155,70 @@ def broker_problems(s: Settings, timeout_s: float = 5.0) -> list[Problem]:
                     f"partitions 0..{count - 1}",
                 )
             )
-    sink_topics = [("sink.topic", s.sink.topic)]
-    if s.sink.dead_letter_topic:
-        sink_topics.append(("sink.dead_letter_topic", s.sink.dead_letter_topic))
-    if (
-        s.window.late_topic
-    ):  # any job that sets one, e.g. made by `pipelines-dev new --from windowed`
-        sink_topics.append(("window.late_topic", s.window.late_topic))
-    for key, topic in sink_topics:
-        if topic not in partitions:
-            out.append(
-                Problem(
-                    "error", key, f"topic {topic!r} does not exist on {s.kafka.bootstrap_servers}"
-                )
-            )
-    source_partitions = sum(partitions.get(t, 0) for t in src.topics)
-    if src.topics and source_partitions and s.job.parallelism > source_partitions:
-        out.append(
-            Problem(
-                "warning",
-                "job.parallelism",
-                f"{s.job.parallelism} is above the {source_partitions} partition(s) of "
-                f"{', '.join(src.topics)}: {s.job.parallelism - source_partitions} source "
-                f"subtask(s) will sit idle",
-            )
-        )
-
-    exactly_once = s.sink.delivery is DeliveryGuarantee.EXACTLY_ONCE
-    if len(metadata.brokers) > 1:  # a replicated cluster: can an acknowledged record be lost?
-        written = {
-            key: (
-                topic,
-                len(metadata.topics[topic].partitions[0].replicas),
-                _topic_config(admin, topic, "min.insync.replicas", timeout_s, ConfigResource),
-            )
-            for key, topic in sink_topics
-            if topic in partitions
-        }
-        tx_log = None
-        if exactly_once:
-            tx_log = (
-                _broker_config(admin, metadata, TX_LOG_REPLICATION_KEY, timeout_s, ConfigResource),
-                _broker_config(admin, metadata, TX_LOG_MIN_ISR_KEY, timeout_s, ConfigResource),
-            )
-        out += durability_problems(len(metadata.brokers), written, tx_log)
-
-    if exactly_once:
-        broker_max = _broker_config(admin, metadata, BROKER_TX_MAX_KEY, timeout_s, ConfigResource)
-        if broker_max is not None and s.sink.transaction_timeout > broker_max:
-            out.append(
-                Problem(
-                    "error",
-                    "sink.transaction_timeout",
-                    f"{s.sink.transaction_timeout} ms ({format_ms(s.sink.transaction_timeout)}) is "
-                    f"above the broker's {BROKER_TX_MAX_KEY}={broker_max} ({format_ms(broker_max)}): "
-                    f"the producer's InitProducerId would fail. Lower sink.transaction_timeout to at "
-                    f"most {broker_max}, or raise {BROKER_TX_MAX_KEY} on the broker",
-                )
-            )
+    out += [
+        Problem("error", key, f"topic {topic!r} does not exist on {where}")
+        for key, topic in sinks
+        if topic not in partitions
+    ]
     return out
+
+
+def _parallelism_problems(s: Settings, partitions: dict[str, int]) -> list[Problem]:
+    """A parallelism above the source's partitions leaves subtasks idle."""
+    topics = s.source.topics
+    source_partitions = sum(partitions.get(t, 0) for t in topics)
+    if not (topics and source_partitions and s.job.parallelism > source_partitions):
+        return []
+    return [
+        Problem(
+            "warning",
+            "job.parallelism",
+            f"{s.job.parallelism} is above the {source_partitions} partition(s) of "
+            f"{', '.join(topics)}: {s.job.parallelism - source_partitions} source "
+            f"subtask(s) will sit idle",
+        )
+    ]
+
+
+def _replication_problems(admin, metadata, partitions, sinks, exactly_once, timeout_s):
+    """durability_problems, with what it needs read from a replicated cluster."""
+    from confluent_kafka.admin import ConfigResource
+
+    written = {
+        key: (
+            topic,
+            len(metadata.topics[topic].partitions[0].replicas),
+            _topic_config(admin, topic, "min.insync.replicas", timeout_s, ConfigResource),
+        )
+        for key, topic in sinks
+        if topic in partitions
+    }
+    tx_log = None
+    if exactly_once:
+        tx_log = (
+            _broker_config(admin, metadata, TX_LOG_REPLICATION_KEY, timeout_s, ConfigResource),
+            _broker_config(admin, metadata, TX_LOG_MIN_ISR_KEY, timeout_s, ConfigResource),
+        )
+    return durability_problems(len(metadata.brokers), written, tx_log)
+
+
+def _transaction_limit_problems(s: Settings, admin, metadata, timeout_s: float) -> list[Problem]:
+    """The sink's transaction timeout must be one the broker accepts."""
+    from confluent_kafka.admin import ConfigResource
+
+    broker_max = _broker_config(admin, metadata, BROKER_TX_MAX_KEY, timeout_s, ConfigResource)
+    if broker_max is None or s.sink.transaction_timeout <= broker_max:
+        return []
+    return [
+        Problem(
+            "error",
+            "sink.transaction_timeout",
+            f"{s.sink.transaction_timeout} ms ({format_ms(s.sink.transaction_timeout)}) is "
+            f"above the broker's {BROKER_TX_MAX_KEY}={broker_max} ({format_ms(broker_max)}): "
+            f"the producer's InitProducerId would fail. Lower sink.transaction_timeout to at "
+            f"most {broker_max}, or raise {BROKER_TX_MAX_KEY} on the broker",
+        )
+    ]
 
 
 def durability_problems(

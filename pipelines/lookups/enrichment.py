@@ -33,8 +33,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.flink.compat import split_lines as split_in_jvm
-from pipelines.flink.compat import subtask_index
+from pipelines.flink.metrics import PROJECT_GAUGES
+from pipelines.flink.rows import subtask_index
+from pipelines.flink.streams import split_lines as split_in_jvm
 from pipelines.lookups import (  # noqa: F401 - the errors are part of the stage's interface
     ClientFactory,
     EnrichmentClient,
@@ -124,17 +125,10 @@ def stage_client(client, cfg: EnrichmentSettings):
 
 class EnrichStats:
     """Per-subtask counts, exposed as gauges of the enrich operator, or as counters where
-    gauges are unsafe (thread mode: flink_compat.is_thread_mode), brought up to date by
+    gauges are unsafe (thread mode: flink/rows.py is_thread_mode), brought up to date by
     `sync` on the task thread. Counted from the event-loop thread and the task thread alike."""
 
-    NAMES = (
-        "lookups",
-        "lookupFailures",
-        "retries",
-        "markedMissing",
-        "deadLetters",
-        "unexpectedErrors",
-    )
+    NAMES = PROJECT_GAUGES  # the names a progress line totals (pipelines.flink.metrics)
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(self.NAMES, 0)
@@ -490,7 +484,7 @@ def apply_enrichment(
     flowing = cfg.operator is EnrichmentOperator.FLOWING
     if thread_mode and not flowing:
         # The async operators: PyFlink runs no AsyncFunction in thread mode. All of them:
-        # their counts are gauges (flink_compat.is_thread_mode).
+        # their counts are gauges (flink/rows.py is_thread_mode).
         raise ConfigError(
             f"python.execution_mode: thread cannot run enrichment.operator: "
             f"{cfg.operator.value} (PyFlink runs no AsyncFunction in thread mode); "

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
-from pipelines.flink.compat import column_rows, is_thread_mode
+from pipelines.flink.rows import column_rows, is_thread_mode
 from pipelines.lookups import ClientFactory
 from pipelines.lookups.concurrency import GradientLimit
 from pipelines.lookups.enrichment import enricher_for, rewrap, stage_parser, worst_case_ms

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import cast
 
-from pipelines.flink.compat import column_rows, is_thread_mode, row_fields, subtask_index
+from pipelines.flink.rows import column_rows, is_thread_mode, row_fields, subtask_index
 from pipelines.records import jsontext
 from pipelines.records.lines import join_lines, with_meta
 from pipelines.settings import ErrorSettings, FaultSettings, FieldType, ParseSettings
@@ -197,7 +197,7 @@ def _kept(data: bytes | None, budget: int, prefix: str) -> tuple[dict, int]:
 def source_fields(row) -> tuple:
     """(topic, partition, offset, timestamp, key, value) of a source record: by name from
     PyFlink's Row (process mode) or Beam's Kafka row, by position from what thread mode
-    hands over (flink_compat.row_fields; the source's field order)."""
+    hands over (flink/rows.py row_fields; the source's field order)."""
     if hasattr(row, "value"):
         return row.topic, row.partition, row.offset, row.timestamp, row.key, row.value
     return tuple(row_fields(row)[:6])
@@ -425,7 +425,7 @@ def make_parse_function(
     With `batched`, each input element is a list of rows and each output element is the
     valid records among them, one JSON text per line (bad ones still go out one by one);
     with `columns` too, each input element is a batch as one row of columns (thread mode:
-    flink_compat.column_rows).
+    flink/rows.py column_rows).
     """
     from pyflink.common import Types
     from pyflink.datastream import OutputTag
@@ -440,7 +440,7 @@ def make_parse_function(
             self.parser = RowParser(parse, faults, job, subtask=subtask, **options)
             group = runtime_context.get_metrics_group()
             self.dead_count = None
-            if is_thread_mode(runtime_context):  # no gauges there: flink_compat.is_thread_mode
+            if is_thread_mode(runtime_context):  # no gauges there: flink/rows.py is_thread_mode
                 self.dead_count = group.counter("deadLetters")
             else:
                 group.gauge("deadLetters", lambda: self.parser.dead)

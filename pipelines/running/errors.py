@@ -9,11 +9,11 @@ import re
 import sys
 from typing import Callable
 
-from pipelines.flink.compat import NoSharedLibpython
 from pipelines.flink.jobmanager import JobManagerError
+from pipelines.flink.libpython import NoSharedLibpython
+from pipelines.host.jars import JarError
 from pipelines.kafka.clients import BrokerUnreachable
 from pipelines.settings import ConfigError, SecretMask
-from pipelines.shipping.jars import JarError
 from pipelines.stages import StageError
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from pipelines.flink.compat import metric_totals
+from pipelines.flink.metrics import metric_totals
 from pipelines.running.errors import MAX_ERROR_CHARS, explain_python_error, last_cause
 
 log = logging.getLogger(__name__)

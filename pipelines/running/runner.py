@@ -16,26 +16,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pipelines.flink import compat as flink_compat
+from pipelines.flink import jobclient
 from pipelines.flink.checkpoints import retained_checkpoints
-from pipelines.flink.compat import (
-    GATEWAY_STDERR,
-    disconnect_gateway,
-    gateway_in_group,
-    is_detached,
-    mini_cluster_rest_url,
-)
 from pipelines.flink.environment import (
     MINI_CLUSTER_ON_LOOPBACK,
     savepoint_dir,
     transactional_identity,
 )
+from pipelines.flink.gateway import GATEWAY_STDERR, disconnect_gateway, gateway_in_group
+from pipelines.flink.jobclient import is_detached
 from pipelines.flink.jobmanager import (
     DEFAULT_JOBMANAGER,
     JobManager,
     JobManagerError,
     refuse_second_copy,
 )
+from pipelines.flink.minicluster import mini_cluster_rest_url
+from pipelines.host.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
+from pipelines.host.paths import local_state
 from pipelines.running.errors import (
     MAX_ERROR_CHARS,
     Failure,
@@ -45,8 +43,6 @@ from pipelines.running.errors import (
 )
 from pipelines.running.loading import job_arguments, prepare
 from pipelines.running.logs import install_cli_handler
-from pipelines.running.loopback import PYFLINK_WORKER_POOL, bind_grpc_to_loopback
-from pipelines.running.paths import local_state
 from pipelines.running.processes import PidFile, ProcessGroups
 from pipelines.running.progress import FIRST_CHECKPOINT_WAIT_S, ProgressMonitor
 from pipelines.running.stopping import (
@@ -274,13 +270,13 @@ def _stop(client, settings, savepoint: bool, job_id: str, why: str) -> str:
             f"(at most {SAVEPOINT_TIMEOUT_S:.0f} s)"
         )
         try:
-            path = flink_compat.stop_with_savepoint(
+            path = jobclient.stop_with_savepoint(
                 client, savepoint_dir(settings), SAVEPOINT_TIMEOUT_S
             )
         except Exception as exc:  # noqa: BLE001 - timeout, job not running, Py4J
             reason = (
                 "it did not complete in time"
-                if flink_compat.is_java_timeout(exc)
+                if jobclient.is_java_timeout(exc)
                 else explain_java_error(exc) or str(exc).splitlines()[0]
             )
             log.info(f"savepoint failed: {reason}; cancelling the job instead")
@@ -292,7 +288,7 @@ def _stop(client, settings, savepoint: bool, job_id: str, why: str) -> str:
     else:
         log.info(f"stopping ({why}): cancelling the job")
     try:
-        flink_compat.cancel_job(client, CANCEL_TIMEOUT_S)
+        jobclient.cancel_job(client, CANCEL_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - already ended, or the cancel hangs
         log.info(
             f"cancel did not confirm within {CANCEL_TIMEOUT_S:.0f} s "

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from pipelines.running.paths import worker_log
+from pipelines.host.paths import worker_log
 
 log = logging.getLogger(__name__)
 

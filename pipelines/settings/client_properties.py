@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.running.paths import local_state, private_dir, write_whole
+from pipelines.host.paths import local_state, private_dir, write_whole
 from pipelines.settings.schema import (
     KafkaConnection,
     KafkaSecurity,

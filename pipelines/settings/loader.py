@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pipelines.running import paths
+from pipelines.host import paths
 from pipelines.settings.client_properties import property_conflicts
 from pipelines.settings.schema import Settings
 from pipelines.settings.secrets import (

@@ -1,1 +1,1 @@
-"""What a job needs on a machine that runs it: pinned jars (fetched with mvn, sha256-checked) and the package `pipelines package` writes."""
+"""The package `pipelines package` writes: what a cluster runs, and how to submit it there."""

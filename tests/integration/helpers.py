@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipelines.running.paths import local_state
-from pipelines.shipping import jars
+from pipelines.host import jars
+from pipelines.host.paths import local_state
 from pipelines_dev.ports import free_ports
 from tests.support import CLI, PROGRESS, ROOT, Started, cli_for
 

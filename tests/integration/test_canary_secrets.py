@@ -29,7 +29,7 @@ import time
 import pytest
 import yaml
 
-from pipelines.running.paths import LOCAL_DIR, PROJECT_ROOT
+from pipelines.host.paths import LOCAL_DIR, PROJECT_ROOT
 from pipelines_dev.kafka_broker import Broker
 from pipelines_dev.ports import free_ports
 from pipelines_dev.topics import create_topics, produce, read_all

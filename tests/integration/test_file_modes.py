@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from pipelines.running.paths import LOCAL_DIR, local_state
+from pipelines.host.paths import LOCAL_DIR, local_state
 from pipelines_dev.demo import demo_values
 from pipelines_dev.topics import create_topics, produce
 from tests.integration.helpers import RunningJob

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from pipelines.shipping import jars
+from pipelines.host import jars
 from tests.support import run_cli
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 """No port a run opens is reachable from another host: the listening sockets of each run's
 process tree, read from /proc while it runs, are all on loopback. Before the loopback shim
-(pipelines/running/loopback.py) a local run with a Python stage held 8 wildcard listeners in its
+(pipelines/host/loopback.py) a local run with a Python stage held 8 wildcard listeners in its
 JVM and PyFlink's worker pool on [::] in the CLI process."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pipelines.running.loopback import SHIM_SWITCH
+from pipelines.host.loopback import SHIM_SWITCH
 from pipelines.running.processes import command_lines, descendants
 from pipelines.settings.schema import LOCAL_REPORTER_PORTS
 from pipelines_dev.demo import demo_values

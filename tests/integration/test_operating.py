@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.flink.jobmanager import JobManager
-from pipelines.running.paths import local_state
+from pipelines.host.paths import local_state
 from pipelines_dev.demo import demo_record
 from pipelines_dev.topics import create_topics, end_offsets, produce, read_all
 from tests.integration.helpers import RunningJob

@@ -6,6 +6,9 @@ and the jobs are one registry."""
 from __future__ import annotations
 
 import ast
+import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -31,13 +34,14 @@ PACKAGE_ROOT = {
     "testing.py": "a job's build over records from a list",
     "beam": "the enrich job as a Beam pipeline",
     "flink": "settings -> the Flink environment; PyFlink's private API; the JobManager",
+    "host": "this machine and checkout: paths, loopback listeners, the pinned jars",
     "jobs": "the jobs, one module each",
     "kafka": "settings -> KafkaSource/KafkaSink; clients; offsets; preflight",
     "lookups": "the enrichment client contract and the async stage",
     "records": "the line format, JSON, parsing with dead letters",
     "running": "loading, running, stopping, errors, the processes a run owns",
     "settings": "typed settings by concern, layers, secrets, a job's own sections",
-    "shipping": "pinned jars and the package a cluster runs",
+    "shipping": "the package a cluster runs",
 }
 
 
@@ -50,24 +54,6 @@ def imported_modules(path: Path) -> set[str]:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
     return found
-
-
-def test_the_runtime_never_imports_the_developer_tooling():
-    """The dependency runs one way: pipelines_dev uses the runtime; nothing a cluster
-    runs (or `pipelines package` ships) reaches the local services, topology or chaos."""
-    offenders = {}
-    for path in sorted((ROOT / "pipelines").rglob("*.py")):
-        bad = sorted(m for m in imported_modules(path) if m.partition(".")[0] == "pipelines_dev")
-        if bad:
-            offenders[str(path.relative_to(ROOT))] = bad
-    assert offenders == {}
-    uses = {
-        m
-        for path in (ROOT / "pipelines_dev").rglob("*.py")
-        for m in imported_modules(path)
-        if m.partition(".")[0] == "pipelines"
-    }
-    assert uses, "the tooling is built on the runtime"
 
 
 def test_the_package_root_is_a_dozen_groups_by_concern():
@@ -112,91 +98,44 @@ def test_the_parser_sees_every_import_form(tmp_path):
     } <= imported_modules(probe)
 
 
-def import_graph(package_dir: Path) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports, at the top or inside a function alike (an
-    import hidden in a function still makes a cycle: it only moves the failure to run time)."""
-    modules = {}
-    for path in sorted(package_dir.rglob("*.py")):
-        parts = path.relative_to(package_dir.parent).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-
-    def known(name: str) -> str | None:
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph = {}
-    for name, path in modules.items():
-        found = set()
-        for dotted in imported_modules(path):
-            if dotted.partition(".")[0] == package_dir.name and (target := known(dotted)):
-                found.add(target)
-        found.discard(name)
-        found.discard(package_dir.name)  # every module's package: not a dependency
-        graph[name] = found
-    return graph
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """lint-imports over `root` (its pyproject.toml's contracts), its packages first on the path."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected groups of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for dep in sorted(graph[node]):
-            if dep not in index:
-                visit(dep)
-                low[node] = min(low[node], low[dep])
-            elif dep in stack:
-                low[node] = min(low[node], index[dep])
-        if low[node] == index[node]:
-            group = []
-            while True:
-                member = stack.pop()
-                group.append(member)
-                if member == node:
-                    break
-            if len(group) > 1:
-                found.append(sorted(group))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
+def test_the_import_contracts_hold():
+    """The layers of docs/layout.md, bench > pipelines_dev > pipelines, Beam apart from the
+    Flink runner, no cycles (pyproject.toml, [tool.importlinter])."""
+    checked = lint_imports(ROOT)
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert "4 kept, 0 broken" in checked.stdout
 
 
-def test_no_import_cycles_among_the_projects_modules():
-    assert cycles(import_graph(ROOT / "pipelines")) == []
-
-
-def test_the_beam_runner_does_not_reach_the_flink_runner():
-    graph = import_graph(ROOT / "pipelines")
-    reached, todo = set(), ["pipelines.beam.run"]
-    while todo:
-        for dep in graph[todo.pop()] - reached:
-            reached.add(dep)
-            todo.append(dep)
-    assert "pipelines.running.runner" not in reached
-    assert {
-        "pipelines.running.errors",
-        "pipelines.running.loading",
-        "pipelines.running.stopping",
-    } <= reached
-
-
-def test_the_cycle_check_sees_a_cycle_through_a_function_level_import(tmp_path):
-    pkg = tmp_path / "pkg"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from pkg.sub.b import f\n")
-    (pkg / "sub" / "b.py").write_text("def f():\n    from pkg import a\n")
-    (pkg / "c.py").write_text("import pkg.a\n")
-    assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.sub.b"]]
+@pytest.mark.parametrize(
+    "module, adds, broken",
+    [
+        ("pipelines/host/paths.py", "from pipelines import cli", "the runtime's layers"),
+        ("pipelines/settings/values.py", "import pipelines_dev.demo", "the benchmarks use"),
+        ("pipelines/beam/java.py", "import pipelines.running.runner", "the Beam pipeline"),
+        ("pipelines/records/lines.py", "import pipelines.records.parse", "no cycles"),
+    ],
+)
+def test_an_import_against_a_contract_breaks_it(tmp_path, module, adds, broken):
+    for top in ("pipelines", "pipelines_dev", "bench"):
+        shutil.copytree(ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with open(tmp_path / module, "a") as f:
+        f.write(f"\n{adds}  # noqa\n")
+    checked = lint_imports(tmp_path)
+    assert checked.returncode == 1
+    assert re.search(rf"^{re.escape(broken)}.* BROKEN$", checked.stdout, re.M), checked.stdout
 
 
 def function_level_imports(path: Path, package: str) -> list[tuple[int, str]]:
@@ -300,7 +239,7 @@ def test_a_packaged_config_holds_no_path_of_the_building_machine(package):
 
 def test_checkpoint_storage_is_resolved_where_the_job_runs(tmp_path):
     from pipelines.flink.environment import checkpoint_dir, savepoint_dir
-    from pipelines.running import paths
+    from pipelines.host import paths
 
     settings = load_settings("enrich", sections=jobs.load("enrich").sections, environ={}).settings
     assert checkpoint_dir(settings) == f"file://{paths.LOCAL_DIR}/checkpoints/enrich"

@@ -110,7 +110,7 @@ def test_a_thread_mode_error_reads_as_the_process_mode_one():
 def test_no_shared_libpython_is_one_error_line_and_exit_2(capsys):
     """Raised before the job is submitted (flink.environment.create_environment): the
     command ends as a bad configuration does, not with a Py4J or pemja trace."""
-    from pipelines.flink.compat import NoSharedLibpython
+    from pipelines.flink.libpython import NoSharedLibpython
     from pipelines.running.errors import EXIT_BAD_INPUT, guarded
 
     def action() -> int:

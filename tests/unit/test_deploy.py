@@ -151,7 +151,7 @@ def test_every_pod_serves_prometheus_metrics_where_the_pod_monitor_scrapes(manif
 def test_the_container_start_script_keeps_every_environment_out_of_the_logs():
     """The topology's daemons and clients quiet the same loggers as the local runs and the
     standalone cluster (a TaskManager's environment holds a job section's secrets)."""
-    from pipelines.flink.compat import QUIET_ENVIRONMENT_LOGS
+    from pipelines.flink.gateway import QUIET_ENVIRONMENT_LOGS
 
     script = (ROOT / "deploy" / "flink" / "flink-start.sh").read_text()
     lines = [line for line in QUIET_ENVIRONMENT_LOGS.strip().splitlines() if line[0] != "#"]

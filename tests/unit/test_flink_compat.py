@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.flink import compat as flink_compat
+from pipelines.flink import FLINK_VERSION, libpython, rows, streams
 from tests.support import run_python
 
 pytestmark = pytest.mark.unit
 
 
 def test_written_for_the_pinned_wheel():
-    assert importlib.metadata.version("apache-flink") == flink_compat.FLINK_VERSION
+    assert importlib.metadata.version("apache-flink") == FLINK_VERSION
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -94,8 +94,8 @@ def test_project_java_operators_load_and_split_lines_is_typed(env):
     ):
         assert _java_class(f"pipelines.flink.{name}") is not None
     stream = env.from_collection(["\x00dead", "alive"], type_info=Types.STRING())
-    kept = flink_compat.split_lines(stream, keep_marked=True)
-    assert flink_compat.java_stream(kept).getType().toString() == "String"
+    kept = streams.split_lines(stream, keep_marked=True)
+    assert streams.java_stream(kept).getType().toString() == "String"
 
 
 def _split(batch: str, keep_marked: bool) -> list[str]:
@@ -197,7 +197,7 @@ def test_gateway_starts_in_a_group_the_owner_ends():
     """In a fresh interpreter: the JVM is in its own group, owned, and gone after end()."""
     script = textwrap.dedent("""
         import os
-        from pipelines.flink.compat import disconnect_gateway, gateway_in_group
+        from pipelines.flink.gateway import disconnect_gateway, gateway_in_group
         from pipelines.running.processes import ProcessGroups, command_line, group_alive
         owner = ProcessGroups()
         with gateway_in_group(owner):
@@ -236,7 +236,7 @@ def test_quiet_environment_logs_written_by_many_at_once_is_whole_and_quiet_once(
     neither may read the other's half-written file (it appended the lines to a fragment)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipelines.flink.compat import QUIET_ENVIRONMENT_LOGS, quiet_environment_logs
+    from pipelines.flink.gateway import QUIET_ENVIRONMENT_LOGS, quiet_environment_logs
 
     start = tmp_path / "wheel.properties"
     start.write_text("".join(f"logger.l{i}.name = a.b.C{i}\n" for i in range(3000)))
@@ -273,11 +273,11 @@ def _thread_mode_job(env, function) -> list[str]:
     )
     thread = Configuration()
     thread.set_string("python.execution-mode", "thread")
-    thread.set_string("python.pythonpath", flink_compat.embedded_python_path())
+    thread.set_string("python.pythonpath", libpython.embedded_python_path())
     env.configure(thread)
     try:
         seen = [
-            flink_compat.python_stream(batched).process(function, output_type=Types.STRING())
+            streams.python_stream(batched).process(function, output_type=Types.STRING())
             for batched in (lists, columns)
         ]
         with seen[0].union(seen[1]).execute_and_collect() as results:
@@ -299,15 +299,15 @@ def test_thread_mode_still_needs_the_subtask_and_row_workarounds(env):
                 self.own = str(runtime_context.get_index_of_this_subtask())
             except AttributeError as exc:
                 self.own = f"AttributeError: {exc}"
-            self.ours = f"{flink_compat.subtask_index(runtime_context)}"
-            self.ours += f" thread={flink_compat.is_thread_mode(runtime_context)}"
+            self.ours = f"{rows.subtask_index(runtime_context)}"
+            self.ours += f" thread={rows.is_thread_mode(runtime_context)}"
 
         def process_element(self, value, ctx):
             if isinstance(value, list):
-                kind, rows = type(value[0]).__name__, value
-                seen = [flink_compat.row_fields(row) for row in rows]
+                kind, batch = type(value[0]).__name__, value
+                seen = [rows.row_fields(row) for row in batch]
             else:
-                kind, seen = "columns", list(flink_compat.column_rows(value))
+                kind, seen = "columns", list(rows.column_rows(value))
             fields = [(f[0], f[2], f[5]) for f in seen]
             yield f"{self.own} | {self.ours} | {kind} | {fields}"
 
@@ -335,11 +335,11 @@ def test_thread_mode_hands_pemja_the_import_path_of_the_interpreter_that_runs_th
     import os
     import sys
 
-    here = flink_compat.embedded_python_path().split(os.pathsep)
+    here = libpython.embedded_python_path().split(os.pathsep)
     assert here and all(Path(p).is_dir() for p in here)
-    assert flink_compat.embedded_python_path(sys.executable) == os.pathsep.join(here)
+    assert libpython.embedded_python_path(sys.executable) == os.pathsep.join(here)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    assert flink_compat.embedded_python_path("/opt/venv/bin/python") == (
+    assert libpython.embedded_python_path("/opt/venv/bin/python") == (
         f"/opt/venv/lib/{version}/site-packages"
     )
 
@@ -354,7 +354,7 @@ def test_the_libpython_check_runs_what_pemja_runs():
     jar = next((Path(pyflink.__file__).parent / "opt").glob("flink-python-*.jar"))
     with zipfile.ZipFile(jar) as archive:
         code = archive.read("pemja/utils/CommonUtils.class")
-    assert flink_compat._FIND_LIBPYTHON.encode() in code
+    assert libpython._FIND_LIBPYTHON.encode() in code
 
 
 def test_thread_mode_on_a_python_pemja_finds_no_libpython_for_is_one_line(tmp_path):
@@ -363,13 +363,13 @@ def test_thread_mode_on_a_python_pemja_finds_no_libpython_for_is_one_line(tmp_pa
     is not judged here."""
     import sys
 
-    flink_compat.check_shared_libpython()
-    flink_compat.check_shared_libpython(sys.executable)
-    flink_compat.check_shared_libpython("/opt/no-such-venv/bin/python")
+    libpython.check_shared_libpython()
+    libpython.check_shared_libpython(sys.executable)
+    libpython.check_shared_libpython("/opt/no-such-venv/bin/python")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "bare"], check=True)
     bare = str(tmp_path / "bare" / "bin" / "python")
-    with pytest.raises(flink_compat.NoSharedLibpython) as raised:
-        flink_compat.check_shared_libpython(bare)
+    with pytest.raises(libpython.NoSharedLibpython) as raised:
+        libpython.check_shared_libpython(bare)
     assert str(raised.value) == (
         f"python.execution_mode: thread runs the Python stages inside the JVM, which needs the "
         f"shared libpython of {bare}, and it has none: install it (Debian/Ubuntu: apt-get "

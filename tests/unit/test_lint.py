@@ -39,3 +39,13 @@ def test_mypy_passes():
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
     assert "Success: no issues found" in proc.stdout
+
+
+def test_no_function_in_the_runtime_is_longer_than_a_screen(tmp_path):
+    from pipelines_dev.function_length import long_functions, main
+
+    assert main([str(ROOT / "pipelines")]) == 0
+    probe = tmp_path / "probe.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(80))
+    probe.write_text(f"def short():\n    pass\n\n\n@staticmethod\ndef long():\n{body}")
+    assert long_functions(probe) == [f"{probe}:5: long is 82 lines (at most 80)"]

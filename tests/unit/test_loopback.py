@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from pipelines.running.loopback import SHIM, SHIM_SWITCH, preload_env
+from pipelines.host.loopback import SHIM, SHIM_SWITCH, preload_env
 from tests.support import listening_sockets, not_loopback
 
 pytestmark = pytest.mark.unit
@@ -117,7 +117,7 @@ def test_every_flink_bind_option_is_loopback_in_the_mini_cluster_and_the_standal
 
 
 def test_elsewhere_than_linux_the_shim_says_in_one_line_that_it_is_linux_only(monkeypatch, caplog):
-    from pipelines.running import loopback
+    from pipelines.host import loopback
 
     monkeypatch.setattr(loopback.sys, "platform", "darwin")
     monkeypatch.setattr(loopback, "_warned", [])

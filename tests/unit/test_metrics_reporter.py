@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from pipelines.flink.compat import reporter_jars, with_reporters
 from pipelines.flink.environment import PROMETHEUS_REPORTER, flink_configuration
+from pipelines.flink.gateway import reporter_jars, with_reporters
 from pipelines.settings import ConfigError, load_settings
 
 pytestmark = pytest.mark.unit

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from pipelines import jobs
+from pipelines.host.paths import PROJECT_ROOT
 from pipelines.lookups.http_demo import DemoService
-from pipelines.running.paths import PROJECT_ROOT
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job
 

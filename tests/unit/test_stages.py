@@ -196,7 +196,7 @@ def test_thread_mode_parses_in_column_batches_and_enriches_only_with_the_flowing
     graph = env._generate_stream_graph(clear_transformations=False)
     [batcher] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == "batch"]
     operator = batcher.getOperatorFactory().getOperator().getClass().getSimpleName()
-    assert operator == "ColumnBatcher"  # lists of rows do not survive: flink_compat.column_rows
+    assert operator == "ColumnBatcher"  # lists of rows do not survive: flink/rows.py column_rows
     for operator in ("batched", "async", "sync"):
         settings = settings_for(
             "enrich", "python.execution_mode=thread", f"enrichment.operator={operator}"

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from pipelines import testing
-from pipelines.flink import compat
+from pipelines.flink import workers
 from pipelines.running.processes import descendants
 from tests.support import listening_sockets, not_loopback
 
@@ -48,7 +48,7 @@ def test_runs_share_one_mini_cluster_and_their_python_runs_in_this_process():
     assert testing._SHARED["conf"]["rest.port"] == port
     assert finished_jobs(port).count("enrich-test") == before + 1
     # The double ran in this process both times: in the worker pool's threads, started by
-    # the boot script (compat.in_process_worker_boot), not in a Python worker process.
+    # the boot script (workers.in_process_worker_boot), not in a Python worker process.
     assert [r["enrichment"]["pid"] for r in first.records + second.records] == [os.getpid()] * 2
 
 
@@ -56,7 +56,7 @@ def test_the_shared_cluster_and_the_worker_pool_listen_on_loopback_only():
     testing.run("passthrough", [b"a"])
     conf = testing._SHARED["conf"]
     pool = conf["python.loopback-server.address"].rpartition(":")[2]
-    ours = {conf["rest.port"], pool, str(compat._BOOT["port"])}
+    ours = {conf["rest.port"], pool, str(workers._BOOT["port"])}
     me = os.getpid()
     listeners = listening_sockets(descendants(me))
     # This process also holds what earlier tests of the session opened in it (Beam's
@@ -78,8 +78,8 @@ def test_a_job_wider_than_the_shared_cluster_runs_on_a_mini_cluster_of_its_own()
 
 
 def test_the_boot_script_answers_where_pyflink_is_as_the_interpreter_would():
-    boot = str(compat.in_process_worker_boot())
-    question = ["-c", compat._PYFLINK_BIN_QUESTION]
+    boot = str(workers.in_process_worker_boot())
+    question = ["-c", workers._PYFLINK_BIN_QUESTION]
     asked = subprocess.run([boot, *question], capture_output=True, text=True, timeout=60)
     real = subprocess.run([sys.executable, *question], capture_output=True, text=True, timeout=60)
     assert (asked.returncode, asked.stdout) == (0, real.stdout) != (0, "")
@@ -88,7 +88,7 @@ def test_the_boot_script_answers_where_pyflink_is_as_the_interpreter_would():
 
 
 def test_the_boot_listener_starts_no_worker_for_a_caller_without_the_token():
-    compat.in_process_worker_boot()
-    with socket.create_connection(("127.0.0.1", compat._BOOT["port"]), timeout=30) as conn:
+    workers.in_process_worker_boot()
+    with socket.create_connection(("127.0.0.1", workers._BOOT["port"]), timeout=30) as conn:
         conn.sendall(b"not-the-token\x001-1\x00localhost:1\x00/tmp\x00A=b\x00\x00")
         assert conn.recv(16) == b""  # closed, no status: nothing was started

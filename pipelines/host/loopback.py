@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipelines.running.paths import JARS_DIR
+from pipelines.host.paths import JARS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ _warned: list[bool] = []
 
 
 class ShimError(Exception):
-    """The shim did not compile; pipelines.shipping.jars reports it as a JarError."""
+    """The shim did not compile; pipelines.host.jars reports it as a JarError."""
 
 
 def build_shim() -> Path | None:

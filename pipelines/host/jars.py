@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.running.loopback import ShimError, build_shim
-from pipelines.running.paths import JARS_DIR, PROJECT_ROOT
+from pipelines.host.loopback import ShimError, build_shim
+from pipelines.host.paths import JARS_DIR, PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
