@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines import jobs
+from pipelines.running import registry
 from pipelines.running.processes import ProcessGroups
 
 COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"]
@@ -117,7 +117,7 @@ def enrich_defaults():
     from pipelines.settings.loader import load_settings
 
     return load_settings(
-        "enrich", sections=jobs.load("enrich").sections, local=False
+        "enrich", sections=registry.load("enrich").sections, local=False
     ).settings.enrichment
 
 

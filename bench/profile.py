@@ -47,7 +47,7 @@ from bench.compare import (
 )
 from bench.jvm_profile import Recording, ThreadCpu, summary
 from bench.jvm_profile import report as jvm_report
-from pipelines import jobs
+from pipelines.running import registry
 from pipelines.running.processes import ProcessGroups, descendants, program_name
 from pipelines.settings import ExecutionMode, load_settings
 from pipelines_dev.topics import delete_topics
@@ -163,7 +163,7 @@ def in_the_jvm(case, sets: list[str]) -> bool:
     job = "enrich" if case.kind == "enrich" else "passthrough"
     overrides = ["sink.dead_letter_topic=profile-dlq", *sets]
     loaded = load_settings(
-        job, overrides=overrides, environ={}, local=False, sections=jobs.load(job).sections
+        job, overrides=overrides, environ={}, local=False, sections=registry.load(job).sections
     )
     return loaded.settings.python.execution_mode is ExecutionMode.THREAD
 

@@ -26,12 +26,12 @@ import asyncio
 import time
 
 from bench.compare import bench_values
-from pipelines import jobs
 from pipelines.lookups.enrichment import enricher_for, rewrap
 from pipelines.lookups.http_demo import _answer
 from pipelines.records import jsontext
 from pipelines.records.lines import join_lines
 from pipelines.records.parse import RowParser
+from pipelines.running import registry
 from pipelines.settings.loader import load_settings
 from pipelines_dev.enrichment_service import company_profile
 
@@ -62,7 +62,7 @@ def _columns(values: list[bytes]) -> tuple[list, ...]:
 
 def measure(batch_size: int = 500, batches: int = 200) -> tuple[dict[str, float], str]:
     """Microseconds a record for each part (PARTS), and the last enriched batch's output."""
-    enrich = load_settings("enrich", sections=jobs.load("enrich").sections).settings
+    enrich = load_settings("enrich", sections=registry.load("enrich").sections).settings
     copy = load_settings("passthrough", overrides=["parse.validate_records=true"]).settings
     values = bench_values(batch_size)
     columns = _columns(values)

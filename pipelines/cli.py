@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines import jobs
 from pipelines.flink.distribution import flink_binary
 from pipelines.flink.jobmanager import DEFAULT_JOBMANAGER, JobManager
 from pipelines.host.jars import fetch, resolve
 from pipelines.host.paths import LOCAL_DIR, PROJECT_ROOT
 from pipelines.kafka.clients import local_bootstrap
 from pipelines.kafka.offsets import OffsetWatcher
+from pipelines.running import registry
 from pipelines.running.errors import Failure, guarded
 from pipelines.running.loading import job_arguments, load, prepare
 from pipelines.running.logs import install_cli_handler
@@ -47,7 +47,7 @@ def job_parser(sub, name: str, help_text: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "job",
         help="job name: a module in pipelines/jobs and conf/base/<job>.yaml "
-        f"(here: {', '.join(jobs.names())})",
+        f"(here: {', '.join(registry.names())})",
     )
     return job_arguments(parser)
 
@@ -217,17 +217,17 @@ def main(
 def configured(name: str):
     """What a command that reads a job's config loads: the job by that name (its own
     sections with it), or, for a Beam pipeline's config, the name alone."""
-    return jobs.load(name) if name in jobs.names() else name
+    return registry.load(name) if name in registry.names() else name
 
 
 def _run(args) -> int:
-    result = run_local(jobs.load(args.job), args)
+    result = run_local(registry.load(args.job), args)
     return 0 if result.status in ("FINISHED", "CANCELED", "STOPPED") else 1
 
 
 def _package(args) -> int:
     args.skip_preflight = True
-    loaded = prepare(jobs.load(args.job), args)
+    loaded = prepare(registry.load(args.job), args)
     out = Path(args.out) if args.out else PROJECT_ROOT / "dist" / args.job
     package = package_job(
         loaded,
@@ -251,7 +251,7 @@ def _package(args) -> int:
 def _doctor(args) -> int:
     args.skip_preflight = False
     args.from_checkpoint = None
-    check_local(jobs.load(args.job), args)
+    check_local(registry.load(args.job), args)
     resolve()
     print(f"{args.job}: config valid, preflight passed, jars present, job builds")
     return 0

@@ -63,10 +63,8 @@ __all__ = [
     "Records",
     "Rows",
     "StageError",
-    "batch_records",
     "dead_letter_sink",
     "enrich",
-    "graph_of",
     "kafka_sink",
     "kafka_source",
     "late_record_sink",
@@ -468,13 +466,13 @@ def records(batches: Batches, name: str = "records") -> Records:
 def enrich(
     parsed: Batches | Records,
     settings: Settings,
-    client_factory: ClientFactory,
+    lookup_client: ClientFactory,
     *,
     name: str = "enrich",
 ) -> tuple[Records, Records]:
     """The async enrichment stage (pipelines.lookups.enrichment) over what `parse_for_enrichment`
     produced (Batches for the batched operator, Records for the per-record ones), looking
-    records up with `client_factory(settings)` (pipelines.lookups). Returns (enriched
+    records up with the client `lookup_client(settings)` returns (pipelines.lookups). Returns (enriched
     records, dead letters); uids `enrich`, `enriched`, `enrich-dead-letters` by default,
     else `<name>`, `<name>-records`, `<name>-dead-letters`."""
     if settings.enrichment.operator is EnrichmentOperator.FLOWING:
@@ -493,11 +491,11 @@ def enrich(
         "build its input with stages.parse_for_enrichment(raw, settings)",
     )
     graph = parsed.graph
-    graph.lookup_clients.append(client_factory)
+    graph.lookup_clients.append(lookup_client)
     out, dead = apply_enrichment(
         parsed.stream,
         settings,
-        graph.lookup_double or client_factory,
+        graph.lookup_double or lookup_client,
         uids=_enrichment_uids(graph, name, "enrich"),
     )
     return Records(out, graph), Records(dead, graph)
@@ -506,7 +504,7 @@ def enrich(
 def parse_and_enrich(
     raw: Rows,
     settings: Settings,
-    client_factory: ClientFactory,
+    lookup_client: ClientFactory,
     *,
     name: str = "parse-enrich",
 ) -> tuple[Records, Records]:
@@ -525,7 +523,7 @@ def parse_and_enrich(
             raw, settings, name="parse" if default else f"{name}-parse"
         )
         enriched, failed = enrich(
-            parsed, settings, client_factory, name="enrich" if default else name
+            parsed, settings, lookup_client, name="enrich" if default else name
         )
         return enriched, Records(bad.stream.union(failed.stream), raw.graph)
     _expect(raw, Rows, "parse_and_enrich", _FIX_ROWS)
@@ -543,11 +541,11 @@ def parse_and_enrich(
     # parsed text an `enrich` stage holds, so a savepoint of the two-stage graph must not
     # be restored into it as if it were the same operator.
     uids = _enrichment_uids(graph, name, "parse-enrich")
-    graph.lookup_clients.append(client_factory)
+    graph.lookup_clients.append(lookup_client)
     out, dead = apply_enrichment(
         batches.stream,
         settings,
-        graph.lookup_double or client_factory,
+        graph.lookup_double or lookup_client,
         uids=uids,
         parse_first=True,
         make_flowing=make_flowing_function,

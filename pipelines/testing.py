@@ -28,13 +28,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines import jobs
 from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK
 from pipelines.flink.minicluster import mini_cluster_port, start_mini_cluster
 from pipelines.flink.workers import in_process_worker_boot, in_process_worker_pool
-from pipelines.job import Build, Job
 from pipelines.lookups import ClientFactory
 from pipelines.records.lines import key_of, split_meta
+from pipelines.running import registry
+from pipelines.running.job import Build, Job
 from pipelines.running.wiring import built
 from pipelines.settings import ExecutionMode, MetricsSettings, Settings, load_settings
 from pipelines.stages import JobGraph, graph_of
@@ -105,7 +105,7 @@ class Output:
 def settings_for(job: str, *overrides: str) -> Settings:
     """A job's settings from its conf/base file with `overrides` (KEY=VALUE), at parallelism
     1 unless one of them says otherwise; the environment's variables are not read."""
-    return _settings(jobs.load(job), overrides)
+    return _settings(registry.load(job), overrides)
 
 
 def _settings(job: Job, overrides: Sequence[str]) -> Settings:
@@ -212,7 +212,7 @@ def _cluster_for(settings: Settings) -> dict[str, str]:
 
 def _resolve(job: str | Job | Build) -> Job:
     if isinstance(job, str):
-        return jobs.load(job)
+        return registry.load(job)
     return job if isinstance(job, Job) else Job(job)
 
 

@@ -19,11 +19,12 @@ import tempfile
 import threading
 from pathlib import Path
 
-from pipelines import cli, jobs
+from pipelines import cli
 from pipelines.flink.distribution import flink_binary
 from pipelines.flink.environment import savepoint_dir, transactional_identity
 from pipelines.flink.jobmanager import JobManager, JobManagerError, refuse_second_copy
 from pipelines.host.paths import PROJECT_ROOT, local_state, state_root
+from pipelines.running import registry
 from pipelines.running.errors import Failure
 from pipelines.running.loading import load, prepare
 from pipelines.running.processes import ProcessGroups
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--from",
         dest="template",
         default="enrich",
-        help=f"the job to copy (default: enrich; here: {', '.join(jobs.names())})",
+        help=f"the job to copy (default: enrich; here: {', '.join(registry.names())})",
     )
     new.add_argument("--root", default=None, help="project root to write into (default: this one)")
 
@@ -188,7 +189,7 @@ def _submit(args) -> int:
     if not jm.answers():
         hint = "start one with `make cluster-up`" if not args.jobmanager else "is it running?"
         raise Failure(f"no Flink JobManager answers at {jm.url}: {hint}")
-    loaded = prepare(jobs.load(args.job), args)
+    loaded = prepare(registry.load(args.job), args)
     prefix = transactional_identity(loaded.settings)
     refuse_second_copy(jm, args.job, prefix)
     # A directory per submission: two submits of one job at once (two CI jobs, two

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.host.paths import PROJECT_ROOT, local_state
+from pipelines.running import registry
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job, shippable
 from pipelines_dev.kafka_broker import SINGLE_NODE, Broker, broker_answers
@@ -421,7 +422,8 @@ def deploy_command(job: str) -> list[str]:
 
 def build_enrich_deploy_image(tag: str = DEPLOY_IMAGE, base: str | None = None) -> str:
     """`pipelines package enrich` for the image's python, then the deploy image over it."""
-    loaded = load_settings("enrich", environ={}, local=False)  # nothing of conf/local
+    sections = registry.load("enrich").sections
+    loaded = load_settings("enrich", environ={}, local=False, sections=sections)  # no conf/local
     with build_context("package-enrich") as root:
         package = package_job(loaded, root, python=DEPLOY_PYTHON, flink="flink")
         return build_deploy_image(package.root, "enrich", tag=tag, base=base)

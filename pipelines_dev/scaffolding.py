@@ -15,10 +15,9 @@ from pathlib import Path
 import yaml
 
 import pipelines.beam as beam_package
-import pipelines.jobs as jobs_package
 from pipelines.beam import names as beam_names
 from pipelines.host.paths import PROJECT_ROOT
-from pipelines.jobs import NAME, names
+from pipelines.running.registry import NAME, names
 from pipelines.settings import ConfigError
 
 
@@ -94,11 +93,11 @@ def new_job(name: str, template: str = "enrich", root: Path = PROJECT_ROOT) -> N
     """Copy job `template` (any job in `root`'s pipelines/jobs) as `name`: the module as it
     is (a job's name is its module's, so nothing in it changes), its config with the names
     the new job must own, and a smoke test."""
-    # pipelines.jobs.<name> becomes an attribute of the package when imported: a job called
-    # `load` or `names` would replace the function of that name, and break every command.
-    host = beam_package if template.startswith("beam-") else jobs_package
+    # pipelines.beam.<name> becomes an attribute of the package when imported: a Beam job
+    # called `run` or `java` would replace the module of that name, and break every command.
+    host = beam_package
     taken = {n for n in vars(host) if NAME.fullmatch(n)} - set(names()) - set(beam_names())
-    if name in taken:
+    if template.startswith("beam-") and name in taken:
         raise ConfigError(
             f"job name {name!r} is not allowed: it would replace {host.__name__}.{name}, "
             f"which the project uses; choose another, e.g. {name}_job"

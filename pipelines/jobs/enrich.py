@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines import stages
-from pipelines.job import Job
-from pipelines.lookups import EnrichmentClient
+from pipelines.api import EnrichmentClient, Job, Settings, stages
 from pipelines.lookups.http_demo import DemoHttpClient, DemoService
-from pipelines.settings import Settings
 
 if TYPE_CHECKING:
     from pyflink.datastream import StreamExecutionEnvironment
 
 
 def lookup_client(settings: Settings) -> EnrichmentClient:
-    """Where your lookup plugs in: return any EnrichmentClient (pipelines/lookups/__init__.py
+    """Where your lookup plugs in: return any EnrichmentClient (pipelines.api, docs/api.md
     has the contract: `lookup`, optionally `lookup_batch`, which errors to raise). The
     stage owns batching, timeouts, retries and the failure policy. Runs on each worker;
     preflight calls its `check` before the job starts."""

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines import stages
-from pipelines.job import Job
-from pipelines.settings import Settings
+from pipelines.api import Job, Settings, stages
 
 if TYPE_CHECKING:
     from pyflink.datastream import StreamExecutionEnvironment

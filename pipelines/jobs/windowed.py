@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines import stages
-from pipelines.job import Job
-from pipelines.settings import FieldType, Settings
+from pipelines.api import FieldType, Job, Settings, stages
 
 if TYPE_CHECKING:
     from pyflink.datastream import StreamExecutionEnvironment

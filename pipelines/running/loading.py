@@ -47,7 +47,7 @@ def job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 class Named(Protocol):
-    """A job as loading reads it (pipelines.job.Job): its name and its own sections."""
+    """A job as loading reads it (pipelines.running.job.Job): its name and its own sections."""
 
     @property
     def name(self) -> str: ...

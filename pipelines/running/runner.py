@@ -67,7 +67,7 @@ FAILURES_EVERY_S = 0.5
 
 
 def job_main(job: Buildable, argv: list[str] | None = None) -> None:
-    """What a job module runs as __main__ (`job.main()`, pipelines.job): works standalone
+    """What a job module runs as __main__ (`job.main()`, pipelines.running.job): works standalone
     and under `flink run`. The job's name is its module's.
 
     Standalone (`python -m pipelines.jobs.<job>`, the deploy image's command) it is

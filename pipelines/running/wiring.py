@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class Buildable(Named, Protocol):
-    """What the runner needs of a job (pipelines.job.Job): its name, sections and build."""
+    """What the runner needs of a job (pipelines.running.job.Job): its name, sections and build."""
 
     def build(self, env: StreamExecutionEnvironment, settings: Settings) -> None: ...
 

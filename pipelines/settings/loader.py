@@ -232,7 +232,7 @@ def load_settings(
     """Build validated settings for `job` from every layer; raise ConfigError otherwise.
     `local` False leaves conf/local out: an image or package built for others takes
     nothing from this machine's own overrides. `sections` are the job's own
-    (`Job.sections`, pipelines.job): a top-level key none of them declares is refused."""
+    (`Job.sections`, pipelines.running.job): a top-level key none of them declares is refused."""
     own = declared(sections, Settings.model_fields)
     conf = Path(conf_dir) if conf_dir else paths.conf_dir()
     environ = dict(os.environ) if environ is None else environ

@@ -1,6 +1,6 @@
 """A job's own settings: a section of its YAML that the job declares, not the framework.
 
-A job declares its sections with itself (`Job(build, sections=(...))`, pipelines.job),
+A job declares its sections with itself (`Job(build, sections=(...))`, pipelines.api),
 each a JobSection subclass that names its section:
 
     class Pricing(JobSection):

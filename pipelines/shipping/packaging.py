@@ -19,7 +19,7 @@ from pipelines.flink.distribution import submit_command
 from pipelines.flink.gateway import QUIET_ENVIRONMENT_LOGS
 from pipelines.host import jars as jar_module
 from pipelines.host.paths import PACKAGE_MARKER, PROJECT_ROOT, state_root
-from pipelines.jobs import names
+from pipelines.running.registry import names
 from pipelines.settings import ConfigError, Loaded, is_secret_key
 from pipelines.settings.secrets import from_reference, url_passwords
 from pipelines.settings.sections import dumped as dumped_settings

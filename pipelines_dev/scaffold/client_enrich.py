@@ -15,8 +15,8 @@ import asyncio
 import pytest
 
 from pipelines import testing
+from pipelines.api import PermanentLookupError, TransientLookupError
 from pipelines.jobs.TEMPLATE_JOB import lookup_client
-from pipelines.lookups import PermanentLookupError, TransientLookupError
 from pipelines.lookups.http_demo import DemoHttpClient
 from pipelines_dev.enrichment_service import Behaviour, company_profile, make_app
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines import testing
-from pipelines.lookups import PermanentLookupError
+from pipelines.api import PermanentLookupError
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ marker is what the new module gets."""
 from pathlib import Path
 from typing import ClassVar
 
-from pipelines.settings import JobSection
+from pipelines.api import JobSection
 
 
 class Pricing(JobSection):

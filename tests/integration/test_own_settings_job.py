@@ -57,7 +57,7 @@ CLIENT = '''
 import csv
 import hashlib
 
-from pipelines.lookups import PermanentLookupError
+from pipelines.api import PermanentLookupError
 
 
 class PriceTable:
@@ -82,7 +82,7 @@ MODEL = """
 from pathlib import Path
 from typing import ClassVar
 
-from pipelines.settings import JobSection
+from pipelines.api import JobSection
 
 
 class Pricing(JobSection):

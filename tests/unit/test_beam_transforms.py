@@ -11,7 +11,6 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import jobs
 from pipelines.beam.run import bounded_read_problem
 from pipelines.beam.transforms import (
     ConfigUnsupported,
@@ -21,6 +20,7 @@ from pipelines.beam.transforms import (
 )
 from pipelines.lookups import PermanentLookupError
 from pipelines.records.lines import split_meta
+from pipelines.running import registry
 from pipelines.settings import ConfigError, load_settings
 
 pytestmark = pytest.mark.unit
@@ -45,7 +45,7 @@ def tier_table(settings):
 
 def settings(*overrides):
     return load_settings(
-        "enrich", sections=jobs.load("enrich").sections, environ={}, overrides=list(overrides)
+        "enrich", sections=registry.load("enrich").sections, environ={}, overrides=list(overrides)
     ).settings
 
 

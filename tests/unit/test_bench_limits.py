@@ -9,7 +9,7 @@ import pytest
 
 from bench.compare import Summary, limits_text, table
 from bench.limits import capacity_of, case_limits, default_batching, parse_wrk, wrk_script
-from pipelines import jobs
+from pipelines.running import registry
 from pipelines.settings.loader import load_settings
 
 pytestmark = pytest.mark.unit
@@ -44,7 +44,7 @@ def test_failed_answers_or_socket_errors_are_no_maximum():
 
 def test_the_script_posts_one_batch_of_the_jobs_size():
     enrichment = load_settings(
-        "enrich", sections=jobs.load("enrich").sections, local=False
+        "enrich", sections=registry.load("enrich").sections, local=False
     ).settings.enrichment
     batch, in_flight = default_batching()
     assert (batch, in_flight) == (enrichment.batch_size, enrichment.capacity // batch)

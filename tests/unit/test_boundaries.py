@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import jobs
+from pipelines.running import registry
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_ROOT = {
     "__init__.py": "the public API, listed",
     "cli.py": "`pipelines`: the job commands",
-    "job.py": "a job's one declaration",
+    "api.py": "what a job imports, from one place",
     "stages.py": "the named stages a job is built from",
     "testing.py": "a job's build over records from a list",
     "beam": "the enrich job as a Beam pipeline",
@@ -241,14 +241,16 @@ def test_checkpoint_storage_is_resolved_where_the_job_runs(tmp_path):
     from pipelines.flink.environment import checkpoint_dir, savepoint_dir
     from pipelines.host import paths
 
-    settings = load_settings("enrich", sections=jobs.load("enrich").sections, environ={}).settings
+    settings = load_settings(
+        "enrich", sections=registry.load("enrich").sections, environ={}
+    ).settings
     assert checkpoint_dir(settings) == f"file://{paths.LOCAL_DIR}/checkpoints/enrich"
     assert savepoint_dir(settings) == f"file://{paths.LOCAL_DIR}/savepoints/enrich"
     custom = load_settings(
         "enrich",
         environ={},
         overrides=[f"checkpoint.storage={tmp_path}/cp/{{job}}"],
-        sections=jobs.load("enrich").sections,
+        sections=registry.load("enrich").sections,
     ).settings
     assert checkpoint_dir(custom) == f"file://{tmp_path}/cp/enrich"
 

@@ -73,11 +73,6 @@ pytestmark = pytest.mark.unit
             "than 0 (see `pipelines offsets --help`)",
         ),
         (
-            ["new", "load"],
-            "error: job name 'load' is not allowed: it would replace pipelines.jobs.load, which "
-            "the project uses; choose another, e.g. load_job",
-        ),
-        (
             ["new", "names", "--from", "beam-enrich"],
             "error: job name 'names' is not allowed: it would replace pipelines.beam.names, which "
             "the project uses; choose another, e.g. names_job",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines import jobs
 from pipelines.flink.distribution import flink_home
+from pipelines.running import registry
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job
 from pipelines_dev.containers import DEPLOY_IMAGE, DEPLOY_ROOT, deploy_command
@@ -29,7 +29,7 @@ def manifest():
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    loaded = load_settings("enrich", sections=jobs.load("enrich").sections, environ={})
+    loaded = load_settings("enrich", sections=registry.load("enrich").sections, environ={})
     out = tmp_path_factory.mktemp("pkg") / "enrich"
     return package_job(loaded, out, python="/opt/venv/bin/python", flink="flink")
 
@@ -76,7 +76,7 @@ def test_mounted_config_replaces_a_packaged_file_and_is_valid(
     conf.mkdir(parents=True)
     (conf / "enrich.yaml").write_text(manifest["ConfigMap"]["data"][mount["subPath"]])
     settings = load_settings(
-        "enrich", sections=jobs.load("enrich").sections, conf_dir=tmp_path / "conf", environ={}
+        "enrich", sections=registry.load("enrich").sections, conf_dir=tmp_path / "conf", environ={}
     ).settings
     assert settings.kafka.security.password.get_secret_value() == "from-the-secret"
     flink_conf = manifest["FlinkDeployment"]["spec"]["flinkConfiguration"]

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from pipelines import jobs
 from pipelines.flink.environment import create_environment, flink_configuration
+from pipelines.running import registry
 from pipelines.settings import load_settings
 
 pytestmark = pytest.mark.unit
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 def env():
     settings = load_settings(
         "enrich",
-        sections=jobs.load("enrich").sections,
+        sections=registry.load("enrich").sections,
         environ={},
         overrides=[
             "checkpoint.interval=7s",

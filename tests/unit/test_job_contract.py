@@ -9,9 +9,10 @@ import types
 
 import pytest
 
-from pipelines import jobs, stages
-from pipelines.job import Job, JobError
+from pipelines import stages
+from pipelines.running import registry
 from pipelines.running.errors import Failure
+from pipelines.running.job import Job, JobError
 from pipelines.running.wiring import built, check_services
 from pipelines.settings import load_settings
 
@@ -59,7 +60,7 @@ def sizing(env) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def enrich_settings():
-    return load_settings("enrich", sections=jobs.load("enrich").sections, environ={}).settings
+    return load_settings("enrich", sections=registry.load("enrich").sections, environ={}).settings
 
 
 def test_a_job_that_builds_an_enrichment_stage_is_sized_for_it_and_its_client_checked(
@@ -84,34 +85,35 @@ def test_a_job_without_lookups_keeps_kafka_and_flinks_defaults(name):
         if name == "passthrough"
         else [],
     ).settings
-    env = built(jobs.load(name), settings)
+    env = built(registry.load(name), settings)
     assert sizing(env) == ("1000", "500")
     check_services(env, settings)  # no service to ask
 
 
 def test_the_shipped_enrich_job_is_sized_from_its_build(enrich_settings):
-    assert sizing(built(jobs.load("enrich"), enrich_settings)) == ("16", "8000")
+    assert sizing(built(registry.load("enrich"), enrich_settings)) == ("16", "8000")
 
 
 def test_a_module_without_a_job_is_not_a_job(tmp_path, monkeypatch):
     (tmp_path / "orders.py").write_text("def build(env, settings): ...\n\njob = Job(build)\n")
     (tmp_path / "helper.py").write_text("def build(env, settings): ...\n")
-    assert jobs.names(tmp_path) == ["orders"]
+    assert registry.names(tmp_path) == ["orders"]
 
     helper = types.ModuleType("pipelines.jobs.helper")
     exec("def build(env, settings): ...", helper.__dict__)
     monkeypatch.setitem(sys.modules, helper.__name__, helper)
-    with pytest.raises(jobs.UnknownJob) as caught:
-        jobs.load("helper")
+    with pytest.raises(registry.UnknownJob) as caught:
+        registry.load("helper")
     assert str(caught.value) == (
         "pipelines/jobs/helper.py is not a job: it declares no `job` (a job module ends with "
         "`job = Job(build, ...)`; jobs here: enrich, passthrough, windowed)"
     )
     helper.job = helper.build
     with pytest.raises(
-        jobs.UnknownJob, match=r"^pipelines/jobs/helper.py is not a job: its `job` is a function "
+        registry.UnknownJob,
+        match=r"^pipelines/jobs/helper.py is not a job: its `job` is a function ",
     ):
-        jobs.load("helper")
+        registry.load("helper")
 
 
 def test_a_job_declared_wrongly_says_what_to_pass():

@@ -12,8 +12,8 @@ import importlib
 
 import pytest
 
-from pipelines import jobs
 from pipelines.flink.environment import create_environment
+from pipelines.running import registry
 from pipelines.settings import load_settings
 
 pytestmark = pytest.mark.unit
@@ -76,7 +76,7 @@ CASES = {
 
 def operators(job: str, sets: list[str]) -> list[tuple[str, str | None]]:
     settings = load_settings(
-        job, overrides=sets, environ={}, sections=jobs.load(job).sections
+        job, overrides=sets, environ={}, sections=registry.load(job).sections
     ).settings
     env = create_environment(settings)
     importlib.import_module(f"pipelines.jobs.{job}").build(env, settings)

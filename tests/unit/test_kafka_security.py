@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import jobs
+from pipelines.running import registry
 from pipelines.settings import ConfigError, load_settings
 from pipelines.settings.client_properties import (
     jaas_quote,
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 def settings(*sets: str, job: str = "passthrough"):
     return load_settings(
-        job, overrides=list(sets), environ={}, sections=jobs.load(job).sections
+        job, overrides=list(sets), environ={}, sections=registry.load(job).sections
     ).settings
 
 

@@ -170,7 +170,7 @@ def test_cli_error_is_one_line(project):
 def test_a_jobs_name_is_its_modules_also_as_main(monkeypatch):
     import types
 
-    from pipelines.job import Job
+    from pipelines.running.job import Job
 
     for module_name, spec_name in (
         ("pipelines.jobs.orders", "pipelines.jobs.orders"),
@@ -184,10 +184,10 @@ def test_a_jobs_name_is_its_modules_also_as_main(monkeypatch):
 
 
 def test_every_job_is_discovered_and_copyable(project):
-    from pipelines import jobs
+    from pipelines.running import registry
 
-    assert jobs.names() == ["enrich", "passthrough", "windowed"]
-    assert jobs.names(project / "pipelines" / "jobs") == jobs.names()
+    assert registry.names() == ["enrich", "passthrough", "windowed"]
+    assert registry.names(project / "pipelines" / "jobs") == registry.names()
     created = new_job("copy_of_copy", "passthrough", project)
     assert "def test_copy_of_copy_copies_every_record_once" in created.test.read_text()
     assert "def test_every_record_is_copied_as_it_is" in created.logic_test.read_text()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines import jobs
 from pipelines.host.paths import PROJECT_ROOT
 from pipelines.lookups.http_demo import DemoService
+from pipelines.running import registry
 from pipelines.settings import load_settings
 from pipelines.shipping.packaging import package_job
 
@@ -46,7 +46,7 @@ def secured(tmp_path, monkeypatch):
     (tmp_path / "conf" / "base").mkdir(parents=True)
     (tmp_path / "conf" / "base" / "enrich.yaml").write_text(yaml.safe_dump(conf))
     loaded = load_settings(
-        "enrich", sections=jobs.load("enrich").sections, conf_dir=tmp_path / "conf", environ={}
+        "enrich", sections=registry.load("enrich").sections, conf_dir=tmp_path / "conf", environ={}
     )
     package = package_job(loaded, tmp_path / "pkg", python=None, flink="flink")
     return package, password_file

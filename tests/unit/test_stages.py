@@ -8,10 +8,11 @@ import textwrap
 
 import pytest
 
-from pipelines import jobs, stages
+from pipelines import stages
 from pipelines.flink.environment import create_environment
 from pipelines.jobs.enrich import lookup_client
 from pipelines.kafka.connectors import source_properties
+from pipelines.running import registry
 from pipelines.settings import FieldType, load_settings
 
 pytestmark = pytest.mark.unit
@@ -22,7 +23,7 @@ def settings_for(job: str, *sets: str):
         job,
         overrides=["sink.dead_letter_topic=dlq", *sets],
         environ={},
-        sections=jobs.load(job).sections,
+        sections=registry.load(job).sections,
     ).settings
 
 
