@@ -17,7 +17,7 @@ TEST_WORKERS ?= -n 2 --dist loadgroup --capture=fd
 .PHONY: help venv lock jars schemas kafka-up kafka-down kafka-status cluster-up cluster-down cluster-status \
         enrichment-up enrichment-down prometheus prometheus-up prometheus-down prometheus-screenshot demo run beam-setup beam-run images topology-up topology-down \
         check test test-unit test-integration bench bench-inner-loop bench-quick bench-latency bench-soak wrk profile \
-        bench-operators chaos chaos-smoke mutation lint format clean
+        bench-operators chaos chaos-smoke mutation lint hooks format clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -173,6 +173,9 @@ lint: venv ## ruff (pyflakes checks, import order, formatting: `make format` fix
 	$(VENV)/bin/deptry .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pipelines_dev.function_length pipelines
+
+hooks: ## check commit messages as they are written (.githooks: a subject of at most 72 characters, a body)
+	git config core.hooksPath .githooks
 
 format: venv ## sort imports and format the code (ruff)
 	$(PY) -m ruff check --select I --fix pipelines pipelines_dev tests bench

@@ -321,7 +321,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 def cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, base64url without padding (what random-uuid prints).
     Never one starting with `-`: kafka-storage's `--cluster-id -x...` takes it for an option
-    and the broker container exits (1 start in 64; seen in CI)."""
+    and the broker container exits (a random id starts with it 1 time in 64)."""
     while True:
         found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not found.startswith("-"):

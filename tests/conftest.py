@@ -84,8 +84,8 @@ BESIDE_THE_REST = frozenset(
         "test_start_modes.py",
         "test_record_metadata.py",
         "test_windowed_idleness.py",
-        # Busy CI at 9a4662f: this half 3,262 s, the rest 3,465 s; these two (~75 s) and
-        # the thread-mode stop case added to test_stopping.py (~40 s) even it out again.
+        # These two (~75 s) even out the halves with the thread-mode stop case of
+        # test_stopping.py (~40 s) on this side.
         "test_first_checkpoint.py",
         "test_composed_stages.py",
     }

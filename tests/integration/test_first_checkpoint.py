@@ -10,8 +10,8 @@ about 49 times in 50).
 What that first checkpoint holds is whatever the source had read when its barrier passed:
 all 300 records here on a quick machine, fewer where the source's first fetch is slower.
 The rest are committed by the next checkpoint, which with this interval is the savepoint
-the test stops with; so the test waits for the checkpoint, not for all the output (it did,
-and failed twice in CI with the records split across the barrier). The 100 records it
+the test stops with; so the test waits for the checkpoint, not for all the output (a wait
+for all of it can see the records split across the barrier). The 100 records it
 writes after that checkpoint are split so on every machine."""
 
 from __future__ import annotations
