@@ -4,6 +4,7 @@ no traceback, nothing destroyed."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -159,3 +160,25 @@ def test_package_keeps_a_package_that_holds_state(tmp_path):
         f"or savepoints of a submitted job); move it out"
     ), proc.stderr
     assert kept.read_text() == "state"
+
+
+def test_running_a_module_of_jobs_that_declares_no_job_is_one_line():
+    """A helper module in pipelines/jobs (here put in place by the child process itself,
+    so that the tree stays as it is) is not a job: `pipelines run helper` says so."""
+    program = (
+        "import sys, types\n"
+        "helper = types.ModuleType('pipelines.jobs.helper')\n"
+        "exec('def build(env, settings): pass', helper.__dict__)\n"
+        "sys.modules[helper.__name__] = helper\n"
+        "from pipelines.cli import main\n"
+        "sys.argv = ['pipelines', 'run', 'helper']\n"
+        "sys.exit(main())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        "error: pipelines/jobs/helper.py is not a job: it declares no `job` (a job module "
+        "ends with `job = Job(build, ...)`; jobs here: enrich, passthrough, windowed)"
+    )
