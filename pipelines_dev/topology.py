@@ -371,10 +371,12 @@ class Topology:
         return S3(f"http://127.0.0.1:{self.state()['s3_port']}", keys["access"], keys["secret"])
 
     def job_sets(self, job: str) -> list[str]:
-        """The settings that point `job` at this topology (each a `--set KEY=VALUE`)."""
+        """The settings that point `job` at this topology (each a `--set KEY=VALUE`); the
+        demo service's address only for a job that declares its section."""
+        demo = [f"demo_service.url={self.enrichment_url}"] if _declares_demo(job) else []
         return [
             f"kafka.bootstrap_servers={self.bootstrap}",
-            f"demo_service.url={self.enrichment_url}",
+            *demo,
             f"checkpoint.storage=s3://{BUCKET}/checkpoints/{job}",
             f"checkpoint.savepoints=s3://{BUCKET}/savepoints/{job}",
         ]
@@ -821,3 +823,10 @@ def _bytes(text: str) -> int:
         if text.endswith(unit):
             return int(float(text[: -len(unit)]) * units[unit])
     return int(float(text))
+
+
+def _declares_demo(job: str) -> bool:
+    """Whether `job` declares the demo service's section (`demo_service:`)."""
+    from pipelines.running import registry  # lazy: loading a job imports PyFlink
+
+    return any(section.section == "demo_service" for section in registry.load(job).sections)

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from pipelines.running import registry
+from pipelines.settings import load_settings
 from pipelines_dev.faults import Result, trial_values
 from pipelines_dev.topology import REPLICATED, Topology
 
@@ -37,6 +39,17 @@ def test_flink_runs_with_zookeeper_ha_and_the_object_store_and_no_secret(tmp_pat
         "python.executable": "/opt/venv/bin/python",
     }  # fmt: skip
     assert not [k for k in lines if "secret" in k or "access-key" in k]
+
+
+@pytest.mark.parametrize("job", registry.names())
+def test_each_job_accepts_the_settings_that_point_it_at_the_topology(tmp_path, job):
+    topology = Topology(name="t", state_dir=tmp_path)
+    state = {"gateway": "172.30.0.1", "kafka_ports": [9101, 9102], "enrichment_port": 8088}
+    topology.state_file.write_text(json.dumps(state))
+    sets = topology.job_sets(job)
+    loaded = load_settings(job, overrides=sets, sections=registry.load(job).sections)
+    assert loaded.settings.kafka.bootstrap_servers == "172.30.0.1:9101,172.30.0.1:9102"
+    assert ("demo_service.url=http://172.30.0.1:8088" in sets) == (job == "enrich")
 
 
 def test_the_brokers_replicate_what_a_broker_loss_must_not_lose():
