@@ -25,6 +25,7 @@ import base64
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,11 +185,29 @@ def _cluster_for(settings: Settings) -> dict[str, str]:
     """Where a run's job goes: the process's one mini-cluster, started by its first run
     and reused by the rest (a mini-cluster of its own, started and stopped around each
     job, cost a second or more of every run), its Python operators in threads of this
-    process (the worker pool PyFlink's local target uses), not a worker process per job."""
-    # Started here, on loopback, before PyFlink's local target would start it on [::].
-    pool = in_process_worker_pool()
+    process (the worker pool PyFlink's local target uses), not a worker process per job.
+    The first run starts the gateway JVM and the mini-cluster in it on a thread of their
+    own while this one imports and starts the worker pool (Beam among it): about as long."""
     if not SHARED_CLUSTER or settings.job.parallelism > SLOTS:
+        # Started here, on loopback, before PyFlink's local target would start it on [::].
+        in_process_worker_pool()
         return dict(MINI_CLUSTER_ON_LOOPBACK)
+    with ThreadPoolExecutor(1, thread_name_prefix="mini-cluster") as starting:
+        cluster = starting.submit(_shared_cluster)
+        pool = in_process_worker_pool()
+        conf = cluster.result()
+    # Its workers handed to the pool by a shell script, not PyFlink's beam_boot (a Python
+    # process importing apache_beam for each job: 1.5-2 s of a run).
+    conf.update({
+        "python.loopback-server.address": pool,
+        "python.executable": str(in_process_worker_boot()),
+    })  # fmt: skip
+    return dict(conf)
+
+
+def _shared_cluster() -> dict[str, str]:
+    """The shared mini-cluster's configuration (kept in _SHARED), started on this process's gateway JVM unless
+    it runs there already."""
     from pyflink.java_gateway import get_gateway
 
     gateway = get_gateway()
@@ -201,13 +220,9 @@ def _cluster_for(settings: Settings) -> dict[str, str]:
                 "execution.target": "remote",
                 "rest.address": "127.0.0.1",
                 "rest.port": str(mini_cluster_port(cluster)),
-                "python.loopback-server.address": pool,
-                # Its workers handed to the pool by a shell script, not PyFlink's beam_boot
-                # (a Python process importing apache_beam for each job: 1.5-2 s of a run).
-                "python.executable": str(in_process_worker_boot()),
             },
         )
-    return dict(_SHARED["conf"])
+    return _SHARED["conf"]
 
 
 def _resolve(job: str | Job | Build) -> Job:
