@@ -69,10 +69,23 @@ def child(mode: str, runs: int) -> None:
     """One mode's runs, in this (fresh) process: a JSON line per run on stdout."""
     started = time.monotonic()
     from pipelines import testing
+    from pipelines.flink.gateway import disconnect_gateway, gateway_in_group
 
     testing.SHARED_CLUSTER = mode == "shared"
     imported = time.monotonic() - started
     cases = _cases()
+    owner = ProcessGroups()
+    # The gateway JVM as a test session starts it (tests/conftest.py): owned, with the
+    # class archive `pipelines jars` built.
+    try:
+        with gateway_in_group(owner):
+            _timed(mode, runs, cases, imported)
+    finally:
+        disconnect_gateway()
+        owner.end()
+
+
+def _timed(mode: str, runs: int, cases, imported: float) -> None:
     for i in range(runs):
         job, call = cases[i % len(cases)]
         began = time.monotonic()

@@ -29,6 +29,7 @@ from pipelines.running.runner import check_local, run_local
 from pipelines.settings import SecretMask, effective_view
 from pipelines.settings.client_properties import librdkafka_config
 from pipelines.shipping.packaging import package_job
+from pipelines.warm_start import ensure_class_archive
 
 
 def seconds(text: str) -> float:
@@ -103,7 +104,11 @@ def build_parser(description: str = __doc__, prog: str = "pipelines") -> Parser:
     config_sub = config.add_subparsers(dest="config_command", required=True)
     job_parser(config_sub, "show", "print the effective config, secrets masked, with sources")
 
-    sub.add_parser("jars", help="fetch pinned jars with mvn, verify sha256, build jars/src")
+    sub.add_parser(
+        "jars",
+        help="fetch pinned jars with mvn, verify sha256, build jars/src and the gateway "
+        "JVM's class archive",
+    )
 
     beam = sub.add_parser("beam", help="the Beam pipelines (pipelines/beam): run, or set up")
     beam_sub = beam.add_subparsers(dest="beam_command", required=True)
@@ -269,6 +274,7 @@ def _config(args) -> int:
 
 def _jars(args) -> int:
     fetch()
+    ensure_class_archive()  # the gateway JVM's, built where missing
     return 0
 
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from pipelines.flink.class_archive import with_class_archive
 from pipelines.host.loopback import preload_env
 from pipelines.host.paths import local_state, private_dir, write_whole
 
@@ -47,7 +48,8 @@ def gateway_in_group(owner):
                 raise RuntimeError("the run ended before its gateway JVM started")
             if args and isinstance(args[0], list):
                 scratch = owner.scratch_dir("pipelines-jvm-")
-                args = (in_temp_dir(with_reporters(args[0]), scratch), *args[1:])
+                command = with_class_archive(with_reporters(args[0]))
+                args = (in_temp_dir(command, scratch), *args[1:])
             proc = subprocess.Popen(*args, process_group=0, **kwargs)
             owner.adopt(proc.pid)
         for stream in (proc.stdout, proc.stderr):
@@ -172,6 +174,37 @@ def with_reporters(command: list[str]) -> list[str]:
     at = command.index("-cp") + 1
     extra = [str(p) for p in reporter_jars()]
     return [*command[:at], os.pathsep.join([command[at], *extra]), *command[at + 1 :]]
+
+
+def gateway_command() -> list[str]:
+    """The command a local gateway JVM starts with here (PyFlink's, the reporter jars on
+    its class path), found by asking PyFlink to launch one with a Popen that only records
+    what it was given."""
+    import pyflink.java_gateway as java_gateway
+    import pyflink.pyflink_gateway_server as gateway_server
+
+    seen: list[list[str]] = []
+
+    def record(command, **kwargs):
+        seen.append(command)
+        raise _Recorded
+
+    original_popen = gateway_server.Popen
+    gateway_server.Popen = record
+    try:
+        java_gateway._find_flink_home()
+        gateway_server.launch_gateway_server_process(
+            dict(os.environ), ["-c", "org.apache.flink.client.python.PythonGatewayServer", "local"]
+        )
+    except _Recorded:
+        pass
+    finally:
+        gateway_server.Popen = original_popen
+    return with_reporters(seen[0])
+
+
+class _Recorded(Exception):
+    """gateway_command's Popen: the command is recorded, nothing started."""
 
 
 def in_temp_dir(command: list[str], directory: Path) -> list[str]:

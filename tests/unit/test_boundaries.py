@@ -32,6 +32,7 @@ PACKAGE_ROOT = {
     "api.py": "what a job imports, from one place",
     "stages.py": "the named stages a job is built from",
     "testing.py": "a job's build over records from a list",
+    "warm_start.py": "the gateway JVM's class archive, built by running each job once",
     "beam": "the enrich job as a Beam pipeline",
     "flink": "settings -> the Flink environment; PyFlink's private API; the JobManager",
     "host": "this machine and checkout: paths, loopback listeners, the pinned jars",
