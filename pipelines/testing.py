@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.flink.environment import MINI_CLUSTER_ON_LOOPBACK
+from pipelines.flink.gateway import imports_of_a_launch
 from pipelines.flink.minicluster import mini_cluster_port, start_mini_cluster
 from pipelines.flink.workers import in_process_worker_boot, in_process_worker_pool
 from pipelines.lookups import ClientFactory
@@ -192,6 +193,7 @@ def _cluster_for(settings: Settings) -> dict[str, str]:
         # Started here, on loopback, before PyFlink's local target would start it on [::].
         in_process_worker_pool()
         return dict(MINI_CLUSTER_ON_LOOPBACK)
+    imports_of_a_launch()  # the thread below imports nothing while this one imports Beam
     with ThreadPoolExecutor(1, thread_name_prefix="mini-cluster") as starting:
         cluster = starting.submit(_shared_cluster)
         pool = in_process_worker_pool()

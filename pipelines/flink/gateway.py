@@ -23,8 +23,6 @@ def gateway_in_group(owner):
     """Start PyFlink's gateway JVM (the local mini-cluster) in a new process group owned
     by `owner` (a processes.ProcessGroups); everything the JVM starts inherits the group.
 
-    Yields an EarlyGateway: `start()` it to launch the JVM on its own thread meanwhile.
-
     PyFlink 2.2: `java_gateway.launch_gateway()` calls `launch_gateway_server_process`,
     which calls `pyflink_gateway_server.Popen`; both names are swapped for the call only.
     The JVM's stderr (a pipe PyFlink never reads) is drained into a bounded tail, so a
@@ -35,7 +33,6 @@ def gateway_in_group(owner):
 
     original_launch = java_gateway.launch_gateway_server_process
     original_popen = gateway_server.Popen
-    early = EarlyGateway()
 
     def popen_in_group(*args, **kwargs):
         # The JVM's stdout too: PyFlink leaves it on the terminal, where a restarting job's
@@ -43,15 +40,12 @@ def gateway_in_group(owner):
         kwargs.setdefault("stdout", subprocess.PIPE)
 
         kwargs["env"] = preload_env(kwargs.get("env") or dict(os.environ))
-        with early.lock:  # started and adopted before the group ends, or not at all
-            if early.closed:
-                raise RuntimeError("the run ended before its gateway JVM started")
-            if args and isinstance(args[0], list):
-                scratch = owner.scratch_dir("pipelines-jvm-")
-                command = with_class_archive(with_reporters(args[0]))
-                args = (in_temp_dir(command, scratch), *args[1:])
-            proc = subprocess.Popen(*args, process_group=0, **kwargs)
-            owner.adopt(proc.pid)
+        if args and isinstance(args[0], list):
+            scratch = owner.scratch_dir("pipelines-jvm-")
+            command = with_class_archive(with_reporters(args[0]))
+            args = (in_temp_dir(command, scratch), *args[1:])
+        proc = subprocess.Popen(*args, process_group=0, **kwargs)
+        owner.adopt(proc.pid)
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 GATEWAY_STDERR.follow(stream)
@@ -71,51 +65,9 @@ def gateway_in_group(owner):
 
     java_gateway.launch_gateway_server_process = launch
     try:
-        yield early
+        yield
     finally:
-        early.settle()  # before the caller ends the group: its JVM is then the group's
         java_gateway.launch_gateway_server_process = original_launch
-
-
-# How long leaving `gateway_in_group` waits for a gateway still starting early: its JVM is
-# ended with the group after that either way (the launch then fails on its own thread).
-EARLY_SETTLE_S = 10.0
-
-
-class EarlyGateway:
-    """The gateway JVM started on a thread of its own, with the StreamExecutionEnvironment's
-    classes loaded in it, while the caller's thread goes on (the Python side of a local run
-    imports PyFlink's worker pool, Beam among it, for about as long). Whoever builds the job
-    next takes the same gateway: PyFlink's `get_gateway` waits on its lock for this launch.
-    A launch that fails here leaves no gateway, and the caller's own launch meets the
-    error again on its thread."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self.lock = threading.Lock()
-        self.closed = False  # settled: no JVM may start from now on
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._launch, name="gateway-early", daemon=True)
-            self._thread.start()
-
-    @staticmethod
-    def _launch() -> None:
-        try:
-            from pyflink.datastream import StreamExecutionEnvironment
-
-            StreamExecutionEnvironment.get_execution_environment()
-        except Exception:  # noqa: BLE001 - the caller's own launch reports it
-            pass
-
-    def settle(self, timeout_s: float = EARLY_SETTLE_S) -> None:
-        """Wait (bounded) until the early launch has finished, whichever way; then no
-        gateway JVM starts here any more, so the group's owner can end them all."""
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        with self.lock:
-            self.closed = True
 
 
 # Flink and Beam log a process's whole environment, and environments hold secrets (a job
@@ -174,6 +126,16 @@ def with_reporters(command: list[str]) -> list[str]:
     at = command.index("-cp") + 1
     extra = [str(p) for p in reporter_jars()]
     return [*command[:at], os.pathsep.join([command[at], *extra]), *command[at + 1 :]]
+
+
+def imports_of_a_launch() -> None:
+    """Import, on the caller's thread, what PyFlink's gateway launch imports on first use
+    (its config reader, the host name codec), so that a launch on another thread imports
+    nothing (pipelines.testing starts its gateway on a thread while the caller imports
+    Beam): two threads importing at once can each be handed the other's module half made
+    (Python's way out of an import deadlock)."""
+    gateway_command()
+    "localhost".encode("idna")
 
 
 def gateway_command() -> list[str]:

@@ -23,12 +23,7 @@ from pipelines.flink.environment import (
     savepoint_dir,
     transactional_identity,
 )
-from pipelines.flink.gateway import (
-    GATEWAY_STDERR,
-    EarlyGateway,
-    disconnect_gateway,
-    gateway_in_group,
-)
+from pipelines.flink.gateway import GATEWAY_STDERR, disconnect_gateway, gateway_in_group
 from pipelines.flink.jobclient import is_detached
 from pipelines.flink.jobmanager import (
     DEFAULT_JOBMANAGER,
@@ -113,10 +108,10 @@ def job_main(job: Buildable, argv: list[str] | None = None) -> None:
     sys.exit(guarded(standalone, args.mask))
 
 
-def _owned_local_run(body: Callable[[EarlyGateway], RunResult], job: str) -> RunResult:
+def _owned_local_run(body: Callable[[], RunResult], job: str) -> RunResult:
     """Run `body` with stop signals handled, the JVM's process group owned, and the
-    in-process Python workers' output in a log file. `body` is given the gateway it may
-    start early (pipelines.flink.gateway.EarlyGateway)."""
+    in-process Python workers' output in a log file."""
+    bind_grpc_to_loopback(PYFLINK_WORKER_POOL)  # it binds [::] otherwise
     owner = ProcessGroups()
     stops = StopSignals(owner).install()
     sys.stderr = WorkerOutput(sys.stderr, worker_log_path(job))
@@ -128,8 +123,8 @@ def _owned_local_run(body: Callable[[EarlyGateway], RunResult], job: str) -> Run
     # writes still reach the terminal.
     threading.excepthook = thread_errors_to(worker_log_path(job))
     try:
-        with gateway_in_group(owner) as early:
-            return body(early)
+        with gateway_in_group(owner):
+            return body()
     except Failure:
         if sys.stderr.written:
             log.info(f"Python worker output: {sys.stderr.path}")
@@ -170,9 +165,9 @@ def run_local(
     """
     state: dict = {"settings": None, "client": None}
 
-    def body(early: EarlyGateway) -> RunResult:
+    def body() -> RunResult:
         try:
-            return _run_local(job, args, progress_every, extra_conf, state, early)
+            return _run_local(job, args, progress_every, extra_conf, state)
         except StopRequested as stop:
             client, settings = state["client"], state["settings"]
             if client is None:
@@ -195,13 +190,9 @@ def run_local(
             state["registered"].with_suffix(".pid").unlink(missing_ok=True)
 
 
-def _run_local(job: Buildable, args, progress_every, extra_conf, state, early) -> RunResult:
+def _run_local(job: Buildable, args, progress_every, extra_conf, state) -> RunResult:
     loaded = prepare(job, args)
     state["settings"] = loaded.settings
-    # The settings hold: the JVM starts on its own thread while this one imports the
-    # worker pool that the run's execute starts (Beam among it, about a second).
-    early.start()
-    bind_grpc_to_loopback(PYFLINK_WORKER_POOL)  # it binds [::] otherwise
     name = job.name
 
     extra = {
@@ -378,7 +369,7 @@ def check_local(job: Buildable, args: argparse.Namespace) -> None:
     on a gateway this call owns (nothing is submitted) and the services its build wired
     asked whether they answer. Failure on the first problem."""
 
-    def body(early: EarlyGateway) -> RunResult:
+    def body() -> RunResult:
         loaded = prepare(job, args)
         check_services(built(job, loaded.settings), loaded.settings)
         return RunResult("", "CHECKED", 0)

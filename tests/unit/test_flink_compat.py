@@ -220,49 +220,34 @@ def test_gateway_starts_in_a_group_the_owner_ends():
     assert proc.stderr.strip() == ""
 
 
-def test_an_early_gateway_is_the_one_the_job_gets_and_the_owner_ends():
-    """In a fresh interpreter: the JVM started on the early thread is in the owner's group,
-    the caller's get_gateway takes it (one JVM), and leaving the context settles it."""
+def test_the_testing_cluster_thread_imports_nothing_there():
+    """pipelines.testing starts the gateway and its mini-cluster on a thread while the
+    caller imports the worker pool (Beam): a module imported on both threads at once can
+    be handed over half made. In a fresh interpreter, with the launch's own imports done
+    first, that thread imports no module."""
     script = textwrap.dedent("""
-        from pipelines.flink.gateway import disconnect_gateway, gateway_in_group
-        from pipelines.running.processes import ProcessGroups, command_line, group_alive
-        owner = ProcessGroups()
-        with gateway_in_group(owner) as early:
-            early.start()
-            from pyflink.java_gateway import get_gateway
-            assert get_gateway().jvm.java.lang.System.getProperty("java.io.tmpdir")
-        jvms = [p for p in owner.members() if "java" in command_line(p)]
-        assert len(jvms) == 1, jvms
-        [group] = owner.groups
-        disconnect_gateway()
-        owner.end()
-        assert not group_alive(group)
-        print("ok")
-    """)
-    proc = run_python(script, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "ok"
-
-
-def test_no_gateway_starts_once_its_context_is_left():
-    """A launch that comes after the context settled (a run stopped while its gateway was
-    starting) starts no JVM the owner would no longer end."""
-    script = textwrap.dedent("""
-        from pipelines.flink.gateway import gateway_in_group
+        import sys, threading
+        from pipelines import testing
+        from pipelines.flink.gateway import (
+            disconnect_gateway, gateway_in_group, imports_of_a_launch,
+        )
         from pipelines.running.processes import ProcessGroups
         owner = ProcessGroups()
-        with gateway_in_group(owner) as early:
-            import pyflink.java_gateway as java_gateway
-            early.settle(0)
-            try:
-                java_gateway.get_gateway()
-            except RuntimeError as exc:
-                print(exc)
-        assert owner.groups == [], owner.groups
+        try:
+            with gateway_in_group(owner):
+                imports_of_a_launch()
+                before = set(sys.modules)
+                thread = threading.Thread(target=testing._shared_cluster)
+                thread.start()
+                thread.join(120)
+                print(sorted(set(sys.modules) - before))
+        finally:
+            disconnect_gateway()
+            owner.end()
     """)
-    proc = run_python(script, timeout=120)
+    proc = run_python(script, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "the run ended before its gateway JVM started"
+    assert proc.stdout.strip() == "[]"
 
 
 def test_the_row_python_reads_is_the_row_java_produces():
