@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipelines.flink.jobmanager import JobManager
+from pipelines.running.processes import until_stopped
 from pipelines_dev.containers import DockerError, docker
 from pipelines_dev.demo import demo_record
 from pipelines_dev.kafka_broker import listed_transactions
@@ -251,6 +252,11 @@ def signal_all(pids: list[int], sig: signal.Signals) -> None:
             pass  # ended since it was listed
 
 
+# How long SIGSTOP may take to stop every process of a container (each stops when next
+# scheduled): past it the freeze is undone and reported as not applied.
+STOP_WAIT_S = 30.0
+
+
 @contextlib.contextmanager
 def frozen(ctx: Context, role: str, seconds: float, retry_s: float = FAULT_RETRY_S):
     """`role`'s container frozen for the body: `docker pause` (again within `retry_s` when
@@ -270,6 +276,9 @@ def frozen(ctx: Context, role: str, seconds: float, retry_s: float = FAULT_RETRY
             if not pids:
                 raise DockerError(f"`docker top {name}` lists no process")
             signal_all(pids, signal.SIGSTOP)
+            if not until_stopped(pids, STOP_WAIT_S):  # the body runs on a frozen broker only
+                signal_all(pids, signal.SIGCONT)
+                raise DockerError(f"not every process stopped within {STOP_WAIT_S:.0f} s")
         except (DockerError, OSError) as stopped:
             raise ChaosError(f"{role} could not be frozen: {paused}; SIGSTOP: {stopped}") from None
         how = f"SIGSTOP of its {len(pids)} processes (docker pause refused: {paused})"

@@ -172,6 +172,28 @@ def listening(pids) -> dict[str, int]:
     return found
 
 
+def until_stopped(pids: list[int], wait_s: float) -> bool:
+    """Wait up to `wait_s` until none of `pids` runs: each stopped by a signal (SIGSTOP
+    takes effect when the process is next scheduled, later on a busy machine) or gone."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        running = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() not in (
+                    psutil.STATUS_STOPPED,
+                    psutil.STATUS_ZOMBIE,
+                ):
+                    running.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not running:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any process of the group still runs. An exited child of ours stays a zombie
     until its parent (PyFlink's Popen, say) reads its status; it counts as ended."""

@@ -237,3 +237,20 @@ def test_a_process_whose_main_thread_ended_first_runs_until_its_last_thread_does
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_until_stopped_waits_for_a_sigstop_to_take_and_says_when_it_did_not():
+    """A freeze (pipelines_dev.faults.frozen) holds its body until every process it stopped
+    is stopped: a process signalled but not yet scheduled still runs."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert not processes.until_stopped([proc.pid], 0.3)  # running, not signalled
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert processes.until_stopped([proc.pid], 30)
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(timeout=10)
+        assert processes.until_stopped([proc.pid, 2**22 + 1], 0)  # gone, or never there
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
