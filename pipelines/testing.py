@@ -208,8 +208,8 @@ def _cluster_for(settings: Settings) -> dict[str, str]:
 
 
 def _shared_cluster() -> dict[str, str]:
-    """The shared mini-cluster's configuration (kept in _SHARED), started on this process's gateway JVM unless
-    it runs there already."""
+    """The shared mini-cluster's configuration (kept in _SHARED), started on this
+    process's gateway JVM unless it runs there already."""
     from pyflink.java_gateway import get_gateway
 
     gateway = get_gateway()

@@ -5,6 +5,7 @@ runs each against the pinned wheel)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import threading
@@ -128,12 +129,13 @@ def with_reporters(command: list[str]) -> list[str]:
     return [*command[:at], os.pathsep.join([command[at], *extra]), *command[at + 1 :]]
 
 
+@functools.cache
 def imports_of_a_launch() -> None:
     """Import, on the caller's thread, what PyFlink's gateway launch imports on first use
     (its config reader, the host name codec), so that a launch on another thread imports
     nothing (pipelines.testing starts its gateway on a thread while the caller imports
     Beam): two threads importing at once can each be handed the other's module half made
-    (Python's way out of an import deadlock)."""
+    (Python's way out of an import deadlock). Once per process: imported modules stay."""
     gateway_command()
     "localhost".encode("idna")
 
