@@ -43,6 +43,7 @@ from pipelines.flink.environment import PROMETHEUS_REPORTER
 from pipelines.flink.jobmanager import JobManager, JobManagerError
 from pipelines.host.maven import copy_dependencies
 from pipelines.host.paths import PROJECT_ROOT, local_state
+from pipelines.lookups.http_demo import DemoService
 from pipelines_dev import containers
 from pipelines_dev.containers import (
     INPUTS_LABEL,
@@ -829,4 +830,4 @@ def _declares_demo(job: str) -> bool:
     """Whether `job` declares the demo service's section (`demo_service:`)."""
     from pipelines.running import registry  # lazy: loading a job imports PyFlink
 
-    return any(section.section == "demo_service" for section in registry.load(job).sections)
+    return DemoService in registry.load(job).sections
