@@ -15,13 +15,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from pipelines.flink.class_archive import DUMP_ENV, OFF_ENV, PREFIX, archive_dir, archive_path
 from pipelines.flink.gateway import disconnect_gateway, gateway_command, gateway_in_group
 from pipelines.host.paths import private_dir
-from pipelines.running.processes import ProcessGroups, group_alive
+from pipelines.running.processes import ProcessGroups, until_ended
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +102,7 @@ def _exercise() -> int:
                 except Exception as exc:  # noqa: BLE001 - the others' classes still count
                     print(f"{name}: not run ({type(exc).__name__})", file=sys.stderr)
             _exit_jvm()
-        groups = list(owner.groups)
-        deadline = time.monotonic() + EXIT_TIMEOUT_S
-        while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if any(group_alive(g) for g in groups):
+        if not until_ended(list(owner.groups), EXIT_TIMEOUT_S):
             print(f"the JVM did not exit within {EXIT_TIMEOUT_S:.0f} s", file=sys.stderr)
             return 1
         return 0

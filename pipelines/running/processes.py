@@ -216,20 +216,22 @@ def end_groups(pgids: list[int], grace_s: float = GRACE_S) -> None:
             os.killpg(pgid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    _until_ended(pgids, grace_s)
+    until_ended(pgids, grace_s)
     for pgid in pgids:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    _until_ended(pgids, KILL_WAIT_S)
+    until_ended(pgids, KILL_WAIT_S)
 
 
-def _until_ended(pgids: list[int], wait_s: float) -> None:
-    """Wait up to `wait_s` for every group of `pgids` to have no running process."""
+def until_ended(pgids: list[int], wait_s: float) -> bool:
+    """Wait up to `wait_s` for every group of `pgids` to have no running process; whether
+    they all ended."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(group_alive(g) for g in pgids):
         time.sleep(0.05)
+    return not any(group_alive(g) for g in pgids)
 
 
 class ProcessGroups:
