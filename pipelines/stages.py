@@ -36,7 +36,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipelines.flink.streams import java_stream, python_stream, window_counts_in_jvm
 from pipelines.flink.streams import split_lines as split_in_jvm
@@ -339,7 +339,6 @@ def batch_records(
     return rows.derive(python_stream(j_batched).name(name).uid(rows.graph.claim(name)))
 
 
-@overload
 def parse(
     raw: Rows,
     settings: Settings,
@@ -347,43 +346,10 @@ def parse(
     name: str = "parse",
     batch_size: int | None = None,
     batch_delay: int | None = None,
-    per_record: Literal[False] = False,
     event_time_field: str | None = None,
-    trace_timing: bool = False,
     extra_required: dict[str, FieldType] | None = None,
     carry_metadata: bool = True,
-) -> tuple[Batches, Records]: ...
-
-
-@overload
-def parse(
-    raw: Rows,
-    settings: Settings,
-    *,
-    name: str = "parse",
-    batch_size: int | None = None,
-    batch_delay: int | None = None,
-    per_record: Literal[True],
-    event_time_field: str | None = None,
-    trace_timing: bool = False,
-    extra_required: dict[str, FieldType] | None = None,
-    carry_metadata: bool = True,
-) -> tuple[Records, Records]: ...
-
-
-def parse(
-    raw: Rows,
-    settings: Settings,
-    *,
-    name: str = "parse",
-    batch_size: int | None = None,
-    batch_delay: int | None = None,
-    per_record: bool = False,
-    event_time_field: str | None = None,
-    trace_timing: bool = False,
-    extra_required: dict[str, FieldType] | None = None,
-    carry_metadata: bool = True,
-) -> tuple[Batches | Records, Records]:
+) -> tuple[Batches, Records]:
     """Kafka rows -> valid JSON records, and dead letters (pipelines.records.parse). Returns
     (parsed, dead letters). With `carry_metadata` each record line carries its Kafka key,
     headers and timestamp to the sink (`lines.with_meta`); turn it off when the records go
@@ -391,7 +357,6 @@ def parse(
 
     By default in batches (`python.batch_size`/`batch_delay` unless given): `parsed` is
     Batches; `records(parsed)` gives Records, or hand the batches straight to `enrich`.
-    `per_record` parses one element per record (Records), for the comparison operators.
     The operators' uids derive from `name` (`batch`, `parse`, `parse-dead-letters` for the
     default), and its dead letters name it as their stage."""
     from pyflink.common import Types
@@ -400,7 +365,6 @@ def parse(
     graph = raw.graph
     # Thread mode: PyFlink 2.2.1 hands a list of rows over as one reused row repeated
     # (flink/rows.py column_rows), so its batches are one row of columns.
-    batched = not per_record
     columns = settings.python.execution_mode is ExecutionMode.THREAD
     parse_fn, dead_letters_tag = make_parse_function(
         settings.parse,
@@ -408,50 +372,42 @@ def parse(
         settings.job.name,
         event_time_field=event_time_field,
         max_future_skew=settings.watermarks.max_future_skew if event_time_field else None,
-        batched=batched,
+        batched=True,
         columns=columns,
-        trace_timing=trace_timing,
         errors=settings.errors,
         extra_required=extra_required,
         dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
         carry_metadata=carry_metadata,
         stage=name,
     )
-    rows = raw
-    if batched:
-        rows = batch_records(
-            raw,
-            batch_size or settings.python.batch_size,
-            settings.python.batch_delay if batch_delay is None else batch_delay,
-            name="batch" if name == "parse" else f"{name}-batch",
-            columns=columns,
-        )
+    rows = batch_records(
+        raw,
+        batch_size or settings.python.batch_size,
+        settings.python.batch_delay if batch_delay is None else batch_delay,
+        name="batch" if name == "parse" else f"{name}-batch",
+        columns=columns,
+    )
     parsed = rows.stream.process(parse_fn, output_type=Types.STRING())
     parsed = parsed.name(name).uid(graph.claim(name))
     # PyFlink's get_side_output adds an identity map of its own: named and given a uid here,
     # so that every operator of a job keeps its identity across savepoints.
     dead_name = f"{name}-dead-letters"
     dead = parsed.get_side_output(dead_letters_tag).name(dead_name).uid(graph.claim(dead_name))
-    shaped = Records(parsed, graph) if per_record else Batches(parsed, graph)
-    return shaped, Records(dead, graph)
+    return Batches(parsed, graph), Records(dead, graph)
 
 
 def parse_for_enrichment(
     raw: Rows, settings: Settings, *, name: str = "parse"
-) -> tuple[Batches | Records, Records]:
-    """`parse` shaped for the enrichment stage: batches of `enrichment.batch_size` for the
-    batched operator, single records for the per-record comparison operators."""
+) -> tuple[Batches, Records]:
+    """`parse` shaped for the enrichment stage: batches of `enrichment.batch_size`."""
     cfg = settings.enrichment
-    if cfg.operator.batched:
-        return parse(
-            raw,
-            settings,
-            name=name,
-            batch_size=cfg.effective_batch_size(),
-            batch_delay=cfg.batch_delay,
-            trace_timing=cfg.trace_timing,
-        )
-    return parse(raw, settings, name=name, per_record=True, trace_timing=cfg.trace_timing)
+    return parse(
+        raw,
+        settings,
+        name=name,
+        batch_size=cfg.effective_batch_size(),
+        batch_delay=cfg.batch_delay,
+    )
 
 
 def records(batches: Batches, name: str = "records") -> Records:
@@ -464,17 +420,17 @@ def records(batches: Batches, name: str = "records") -> Records:
 
 
 def enrich(
-    parsed: Batches | Records,
+    parsed: Batches,
     settings: Settings,
     lookup_client: ClientFactory,
     *,
     name: str = "enrich",
 ) -> tuple[Records, Records]:
-    """The async enrichment stage (pipelines.lookups.enrichment) over what `parse_for_enrichment`
-    produced (Batches for the batched operator, Records for the per-record ones), looking
-    records up with the client `lookup_client(settings)` returns (pipelines.lookups). Returns (enriched
-    records, dead letters); uids `enrich`, `enriched`, `enrich-dead-letters` by default,
-    else `<name>`, `<name>-records`, `<name>-dead-letters`."""
+    """The batched enrichment stage (pipelines.lookups.enrichment) over the batches
+    `parse_for_enrichment` produced, looking records up with the client
+    `lookup_client(settings)` returns (pipelines.lookups). Returns (enriched records, dead
+    letters); uids `enrich`, `enriched`, `enrich-dead-letters` by default, else `<name>`,
+    `<name>-records`, `<name>-dead-letters`."""
     if settings.enrichment.operator is EnrichmentOperator.FLOWING:
         raise StageError(
             "enrich: enrichment.operator: flowing runs as one stage with its parse (its "
@@ -482,11 +438,9 @@ def enrich(
             "lookup_client), or enrichment.operator: batched to compose parse_for_enrichment "
             "and enrich"
         )
-    batched = settings.enrichment.operator is EnrichmentOperator.BATCHED
-    wanted = Batches if batched else Records
     _expect(
         parsed,
-        wanted,
+        Batches,
         f"enrich (enrichment.operator: {settings.enrichment.operator.value})",
         "build its input with stages.parse_for_enrichment(raw, settings)",
     )
@@ -514,18 +468,9 @@ def parse_and_enrich(
     twice and parse every record twice. Returns (enriched records, dead letters of both
     steps, each naming its step). uids `batch`, `parse-enrich`, `enriched`,
     `enrich-dead-letters` by default, else `<name>-batch`, `<name>`, `<name>-records`,
-    `<name>-dead-letters`. The per-record comparison operators keep two stages: by default
-    `parse_for_enrichment`'s and `enrich`'s uids, else `<name>-parse` and `<name>`'s."""
+    `<name>-dead-letters`."""
     cfg = settings.enrichment
     default = name == "parse-enrich"
-    if not cfg.operator.batched:
-        parsed, bad = parse_for_enrichment(
-            raw, settings, name="parse" if default else f"{name}-parse"
-        )
-        enriched, failed = enrich(
-            parsed, settings, lookup_client, name="enrich" if default else name
-        )
-        return enriched, Records(bad.stream.union(failed.stream), raw.graph)
     _expect(raw, Rows, "parse_and_enrich", _FIX_ROWS)
     graph = raw.graph
     flowing = cfg.operator is EnrichmentOperator.FLOWING

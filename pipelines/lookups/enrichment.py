@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -217,9 +216,8 @@ class RecordEnricher:
             results = [exc] * len(records)
         outs: list[str] = [""] * len(records)
         failed = []
-        # _finish's work inline for the common answer (no timing trace): about 0.5 us a
-        # record less, on the loop whose turns the task thread's parse waits for.
-        finish = self._finish if self.cfg.trace_timing else None
+        # _finish's work inline for the common answer: about 0.5 us a record less, on the
+        # loop whose turns the task thread's parse waits for.
         limit = self.max_record_bytes - DEAD_LETTER_OVERHEAD
         dumps = jsontext.dumps
         for i, (record, result) in enumerate(zip(records, results)):
@@ -228,11 +226,7 @@ class RecordEnricher:
                     raise result
                 failed.append(i)
                 continue
-            out = {**record, "enrichment": result}
-            if finish is not None:
-                outs[i] = finish(record, out)
-                continue
-            text = dumps(out)
+            text = dumps({**record, "enrichment": result})
             outs[i] = text if len(text) <= limit else self._too_large(record, len(text))
         if len(failed) < len(records):
             self.budget.ok()
@@ -246,8 +240,6 @@ class RecordEnricher:
         if isinstance(out, str):  # a dead-letter reason
             return self._dead(record, out)
         self.budget.ok()
-        if self.cfg.trace_timing and "_timing" in out:
-            out["_timing"] = {**out["_timing"], "out": time.time() * 1000}
         text = jsontext.dumps(out)
         if len(text) > self.max_record_bytes - DEAD_LETTER_OVERHEAD:
             return self._too_large(record, len(text))
@@ -332,40 +324,6 @@ def enricher_for(
     )
 
 
-def make_async_function(settings: Settings, client_factory: ClientFactory):
-    """PyFlink AsyncFunction over one JSON record per element, as PyFlink documents it."""
-    from pyflink.datastream.functions import AsyncFunction
-
-    cfg = settings.enrichment
-
-    class Enrich(AsyncFunction):
-        def open(self, runtime_context):
-            # The client's connections are made lazily on the operator's event-loop thread.
-            self.enricher = enricher_for(settings, client_factory)
-            self.enricher.stats.register(runtime_context)
-
-        async def async_invoke(self, value: str):
-            meta, text = split_meta(value)
-            return [rewrap(meta, await self.enricher.one(jsontext.loads(text)))]
-
-        def timeout(self, value: str):
-            # Only reached if the record overruns its own bound: treat like any failure.
-            if cfg.on_failure is OnFailure.FAIL:
-                raise EnrichmentFailed(f"enrichment overran {worst_case_ms(cfg)} ms")
-            meta, text = split_meta(value)
-            record = jsontext.loads(text)
-            if cfg.on_failure is OnFailure.DEAD_LETTER:
-                return [self.enricher._dead(record, "enrichment overran its overall timeout")]
-            return [
-                meta
-                + jsontext.dumps(
-                    {**record, "enrichment": None, "enrichment_error": "overall timeout"}
-                )
-            ]
-
-    return Enrich()
-
-
 def make_batch_async_function(settings: Settings, client_factory: ClientFactory):
     """An AsyncFunction over batches (pipelines.stages: one JSON record per line): every
     record of a batch looked up concurrently, each with its own timeout and retries, and
@@ -398,7 +356,6 @@ def stage_parser(settings: Settings, runtime_context) -> RowParser:
         settings.faults,
         settings.job.name,
         subtask=subtask_index(runtime_context),
-        trace_timing=settings.enrichment.trace_timing,
         errors=settings.errors,
         dead_letter_max_bytes=settings.sink.dead_letter_bytes(settings.kafka),
         carry_metadata=True,
@@ -438,28 +395,6 @@ def make_parse_enrich_function(settings: Settings, client_factory: ClientFactory
     return ParseEnrichBatch()
 
 
-def make_sync_function(settings: Settings, client_factory: ClientFactory):
-    """A blocking lookup per record: the reports' way. For comparison only."""
-    from pyflink.datastream.functions import MapFunction
-
-    class EnrichSync(MapFunction):
-        def open(self, runtime_context):
-            self.loop = asyncio.new_event_loop()
-            self.enricher = enricher_for(settings, client_factory, coalesce=False)
-            self.enricher.stats.register(runtime_context)
-
-        def map(self, value: str) -> str:
-            meta, text = split_meta(value)
-            out = self.loop.run_until_complete(self.enricher.one(jsontext.loads(text)))
-            return rewrap(meta, out)
-
-        def close(self):
-            self.loop.run_until_complete(self.enricher.client.close())
-            self.loop.close()
-
-    return EnrichSync()
-
-
 def apply_enrichment(
     stream,
     settings: Settings,
@@ -483,8 +418,8 @@ def apply_enrichment(
     thread_mode = settings.python.execution_mode is ExecutionMode.THREAD
     flowing = cfg.operator is EnrichmentOperator.FLOWING
     if thread_mode and not flowing:
-        # The async operators: PyFlink runs no AsyncFunction in thread mode. All of them:
-        # their counts are gauges (flink/rows.py is_thread_mode).
+        # The batched operator is an AsyncFunction, which PyFlink runs in process mode only;
+        # its counts are gauges (flink/rows.py is_thread_mode).
         raise ConfigError(
             f"python.execution_mode: thread cannot run enrichment.operator: "
             f"{cfg.operator.value} (PyFlink runs no AsyncFunction in thread mode); "
@@ -499,19 +434,6 @@ def apply_enrichment(
         out = stream.process(
             make_flowing(settings, client_factory, columns=thread_mode),
             output_type=Types.STRING(),
-        )
-    elif cfg.operator is EnrichmentOperator.SYNC:
-        out = stream.map(make_sync_function(settings, client_factory), output_type=Types.STRING())
-    elif cfg.operator is EnrichmentOperator.ASYNC:
-        # As PyFlink documents it: one element per record, Flink's own timeout per record
-        # (each starts a threading.Timer), `timeout()` applying the failure policy.
-        overall = Time.milliseconds(worst_case_ms(cfg) + 5_000)
-        out = wait(
-            stream,
-            make_async_function(settings, client_factory),
-            overall,
-            cfg.capacity,
-            Types.STRING(),
         )
     else:
         # Batched: our per-attempt timeouts bound every lookup, so no Flink timer per element.

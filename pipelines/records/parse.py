@@ -307,7 +307,6 @@ class RowParser:
         *,
         subtask: int,
         event_time_field: str | None = None,
-        trace_timing: bool = False,
         errors: ErrorSettings | None = None,
         dead_letter_max_bytes: int = 1_048_576,
         extra_required: dict[str, FieldType] | None = None,
@@ -321,7 +320,6 @@ class RowParser:
         self.job = job
         self.subtask = subtask
         self.event_time_field = event_time_field
-        self.trace_timing = trace_timing
         self.budget = ErrorBudget(errors or ErrorSettings(), stage)
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self.carry_metadata = carry_metadata
@@ -389,8 +387,6 @@ class RowParser:
             if record is not None:
                 if self.origin_field:
                     record[self.origin_field] = origin_block(topic, partition, offset, timestamp)
-                if self.trace_timing:
-                    record["_timing"] = {"in": time.time() * 1000}
                 meta = with_meta(key, headers, timestamp, "") if self.carry_metadata else ""
                 out = jsontext.dumps(record) if as_text else record
         except InjectedFault:

@@ -368,24 +368,17 @@ class OnFailure(str, Enum):
 
 
 class EnrichmentOperator(str, Enum):
-    BATCHED = "batched"  # the project's operator: records cross into Python in batches
-    ASYNC = "async"  # PyFlink's AsyncDataStream per record, as documented (a timeout per record)
-    SYNC = "sync"  # a blocking lookup per record: the reports' way, for comparison only
+    # Records cross into Python in batches through PyFlink's AsyncDataStream (process mode)
+    BATCHED = "batched"
     # batches as `batched`, lookups on the stage's own event loop, in flight across batches:
     # no AsyncFunction, so thread mode runs it too (pipelines.lookups.flowing)
     FLOWING = "flowing"
-
-    @property
-    def batched(self) -> bool:
-        """Records cross into Python in batches, parsed in the same stage."""
-        return self in (EnrichmentOperator.BATCHED, EnrichmentOperator.FLOWING)
 
 
 class EnrichmentSettings(Model):
     operator: EnrichmentOperator = EnrichmentOperator.FLOWING
     batch_size: int = Field(default=100, ge=1)
     batch_delay: int = 20  # longest a partial batch waits before it is sent on
-    trace_timing: bool = False  # add _timing {in, out} (epoch ms) to each output record
     # Lookups that start together go to the client's `lookup_batch` as one call, where the
     # client has one (pipelines.lookups)
     coalesce: bool = False
@@ -418,11 +411,9 @@ class EnrichmentSettings(Model):
         return min(self.batch_size, self.capacity)
 
     def elements_in_flight(self) -> int:
-        """Stream elements the async stage holds (records, or batches of them): a checkpoint
-        waits for these. Batches x batch size never exceeds `capacity`."""
-        if self.operator.batched:
-            return max(1, self.capacity // self.effective_batch_size())
-        return self.capacity
+        """Stream elements (batches) the stage holds: a checkpoint waits for these. Batches
+        x batch size never exceeds `capacity`."""
+        return max(1, self.capacity // self.effective_batch_size())
 
 
 class BeamRunner(str, Enum):
@@ -623,9 +614,9 @@ class Settings(Model):
     def _execution_mode_follows_the_operator(cls, data: Any) -> Any:
         """Thread mode is the default (docs/performance.md, "Which mode, and why"): no data
         plane, no worker process, measured faster. PyFlink runs no AsyncFunction in it, so
-        a job that chose one of those operators and no mode runs in process mode rather
-        than failing on a default it did not pick; one that names thread with them is
-        refused (pipelines.lookups.enrichment)."""
+        a job that chose the batched operator (one) and no mode runs in process mode rather
+        than failing on a default it did not pick; one that names thread with it is refused
+        (pipelines.lookups.enrichment)."""
         if not isinstance(data, dict):
             return data
         python = data.get("python")

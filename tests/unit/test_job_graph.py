@@ -20,8 +20,8 @@ pytestmark = pytest.mark.unit
 
 SINK = ["kafka-sink", "Sink Committer: kafka-sink"]
 DEAD = ["dead-letter-sink", "Sink Committer: dead-letter-sink"]
-PER_RECORD = ["kafka-source", "parse", "parse-dead-letters"]
-PARSE = [*PER_RECORD, "batch"]  # records parsed in batches (python.batch_size)
+# The parse stage: records parsed in batches (python.batch_size)
+PARSE = ["kafka-source", "parse", "parse-dead-letters", "batch"]
 
 CASES = {
     "passthrough": ("passthrough", [], ["kafka-source", *SINK]),
@@ -50,11 +50,6 @@ CASES = {
         ["sink.dead_letter_topic=dlq", "enrichment.operator=batched"],
         # One Python stage parses and looks up (stages.parse_and_enrich): its own uid.
         ["kafka-source", "batch", "parse-enrich", "enriched", "enrich-dead-letters", *SINK, *DEAD],
-    ),
-    "enrich async": (
-        "enrich",
-        ["sink.dead_letter_topic=dlq", "enrichment.operator=async"],
-        [*PER_RECORD, "enrich", "enriched", "enrich-dead-letters", *SINK, *DEAD],
     ),
     "windowed": (
         "windowed",

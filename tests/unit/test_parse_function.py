@@ -179,15 +179,6 @@ def test_metadata_is_carried_as_a_prefix_when_asked():
     assert not run(fn, row(b'{"id": 1}'))[0].startswith(META)
 
 
-def test_timing_is_stamped_only_when_traced():
-    fn, _, _ = opened(trace_timing=True)
-    before = time.time() * 1000
-    record = json.loads(run(fn, row(b'{"id": 1}'))[0])
-    assert before <= record["_timing"]["in"] <= time.time() * 1000
-    fn, _, _ = opened()
-    assert "_timing" not in json.loads(run(fn, row(b'{"id": 1}'))[0])
-
-
 def test_the_injected_fault_fires_once_at_its_record_per_marker_directory(tmp_path):
     faults = FaultSettings(fail_after_records=3, marker_dir=str(tmp_path))
     fn, _, _ = opened(subtask=1, faults=faults)

@@ -102,6 +102,19 @@ def test_bad_duration_is_explained(tmp_path):
     assert "--set: checkpoint.interval: 'soon' is not a duration" in str(err.value)
 
 
+@pytest.mark.parametrize("operator", ["sync", "async"])
+def test_a_per_record_operator_is_not_one_of_the_projects(tmp_path, operator):
+    # A lookup per record is what make bench-operators compares against
+    # (bench/enrich_per_record.py), not a way the project runs a job.
+    conf = _conf(tmp_path, BASE + f"enrichment: {{operator: {operator}}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings("demo", conf_dir=conf, environ={})
+    assert str(err.value) == (
+        f"{conf / 'base' / 'demo.yaml'}: enrichment.operator: {operator!r} is not allowed; "
+        "allowed: batched, flowing"
+    )
+
+
 def test_a_max_capacity_below_capacity_is_refused_naming_both(tmp_path):
     conf = _conf(tmp_path, BASE + "enrichment: {capacity: 8000, max_capacity: 4000}\n")
     with pytest.raises(ConfigError) as err:
@@ -422,8 +435,6 @@ def test_a_value_is_printed_masked_typed_and_formatted(key, value, source, shown
         ((), "thread"),
         (("enrichment.operator=flowing",), "thread"),
         (("enrichment.operator=batched",), "process"),
-        (("enrichment.operator=async",), "process"),
-        (("enrichment.operator=sync",), "process"),
         (("python.execution_mode=process",), "process"),
         # Named with an operator thread mode cannot run: kept, and refused when the stage
         # is built (test_stages), not silently turned into process mode.

@@ -83,9 +83,9 @@ def test_records_of_records_and_rows_to_a_sink_are_refused(flink_env):
     settings = settings_for("passthrough")
     env = create_environment(settings)
     raw = stages.kafka_source(env, settings)
-    per_record, _ = stages.parse(raw, settings, name="p1", per_record=True)
+    parsed, _ = stages.parse(raw, settings, name="p1")
     with pytest.raises(stages.StageError, match=r"records\(...\) takes Batches, got Records"):
-        stages.records(per_record)
+        stages.records(stages.records(parsed))
     with pytest.raises(stages.StageError, match=r"kafka_sink takes Records .*, got Rows"):
         stages.kafka_sink(raw, settings)
     with pytest.raises(stages.StageError, match=r"parse takes Rows .*, got a DataStream"):
@@ -95,9 +95,9 @@ def test_records_of_records_and_rows_to_a_sink_are_refused(flink_env):
 def test_enrich_is_handed_the_shape_its_operator_needs(flink_env):
     settings = settings_for("enrich", "enrichment.operator=batched")
     env = create_environment(settings)
-    per_record, _ = stages.parse(stages.kafka_source(env, settings), settings, per_record=True)
+    parsed, _ = stages.parse(stages.kafka_source(env, settings), settings)
     with pytest.raises(stages.StageError) as raised:
-        stages.enrich(per_record, settings, lookup_client)
+        stages.enrich(stages.records(parsed), settings, lookup_client)
     assert str(raised.value).startswith(
         "enrich (enrichment.operator: batched) takes Batches (each element a batch of JSON "
         "lines), got Records"
@@ -115,7 +115,7 @@ def test_enrich_is_handed_the_shape_its_operator_needs(flink_env):
     )
 
 
-@pytest.mark.parametrize("operator", ["batched", "async"])
+@pytest.mark.parametrize("operator", ["batched", "flowing"])
 def test_parse_and_enrich_twice_under_two_names_gives_each_its_own_uids(flink_env, operator):
     settings = settings_for("enrich", f"enrichment.operator={operator}")
     env = create_environment(settings)
@@ -130,7 +130,7 @@ def test_parse_and_enrich_twice_under_two_names_gives_each_its_own_uids(flink_en
     assert len(found) == len(set(found))
     stage = {
         "batched": ["risk-batch", "risk"],
-        "async": ["risk-parse", "risk-parse-dead-letters", "risk"],
+        "flowing": ["risk-batch", "risk-flowing"],
     }
     assert {*stage[operator], "risk-records", "risk-dead-letters"} <= set(found)
     assert not {"parse", "enrich", "parse-enrich", "enriched"} & set(found)
@@ -198,7 +198,7 @@ def test_thread_mode_parses_in_column_batches_and_enriches_only_with_the_flowing
     [batcher] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == "batch"]
     operator = batcher.getOperatorFactory().getOperator().getClass().getSimpleName()
     assert operator == "ColumnBatcher"  # lists of rows do not survive: flink/rows.py column_rows
-    for operator in ("batched", "async", "sync"):
+    for operator in ("batched",):
         settings = settings_for(
             "enrich", "python.execution_mode=thread", f"enrichment.operator={operator}"
         )
