@@ -24,14 +24,11 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 
-from confluent_kafka.admin import NewTopic
-
 from bench.compare import broker_and_service
 from pipelines.host.paths import PROJECT_ROOT
 from pipelines_dev.demo import demo_values
 from pipelines_dev.enrichment_service import Service
 from pipelines_dev.topics import (
-    admin,
     committed_offsets,
     create_topics,
     delete_topics,
@@ -70,15 +67,6 @@ VARIANTS = {  # label -> the command that starts its job (run_case adds the run'
 }
 
 
-def create_output_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """The output topic, each record stamped by the broker when written (LogAppendTime)."""
-    config = {"message.timestamp.type": "LogAppendTime"}
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=config)
-    client = admin(bootstrap)  # held until the futures are done: they die with it
-    for future in client.create_topics([new], request_timeout=30).values():
-        future.result(timeout=30)
-
-
 # Records written this soon after the first are its burst: the output of the first bundle
 # (a Python worker answers a bundle at once), not a sign of when the work began.
 FIRST_BURST_MS = 20
@@ -109,7 +97,9 @@ def run_case(
     tag = f"bench-{label.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
     topics = {f"{tag}-in": max(slots, 2), f"{tag}-dlq": 1}
     create_topics(bootstrap, topics)
-    create_output_topic(bootstrap, f"{tag}-out", max(slots, 2))
+    # The output topic's records are stamped by the broker when written: the run's timing.
+    stamped = {"message.timestamp.type": "LogAppendTime"}
+    create_topics(bootstrap, {f"{tag}-out": max(slots, 2)}, config=stamped)
     produce(bootstrap, f"{tag}-in", demo_values(records))
     service.configure(latency_ms=latency_ms, failure_rate=0.0, down=False)
     # The per-record operators hold records, not batches, in flight: a Python bundle (which

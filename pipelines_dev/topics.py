@@ -53,14 +53,20 @@ def admin(broker: Broker) -> AdminClient:
     return admin_client(conf.pop("bootstrap.servers"), conf)
 
 
-def create_topics(bootstrap: Broker, topics: dict[str, int], timeout: float = 30.0) -> None:
-    """Create each topic with the given partition count and the cluster's default
-    replication (default.replication.factor: 3 on the topology, 1 on a single broker);
-    existing ones are left alone."""
+def create_topics(
+    bootstrap: Broker,
+    topics: dict[str, int],
+    timeout: float = 30.0,
+    config: dict[str, str] | None = None,
+) -> None:
+    """Create each topic with the given partition count, the cluster's default
+    replication (default.replication.factor: 3 on the topology, 1 on a single broker) and
+    the topic `config` given (for example message.timestamp.type); existing ones are left
+    alone."""
     client = admin(bootstrap)
     existing = set(client.list_topics(timeout=timeout).topics)
     wanted = [
-        NewTopic(t, num_partitions=n, replication_factor=-1)
+        NewTopic(t, num_partitions=n, replication_factor=-1, config=dict(config or {}))
         for t, n in topics.items()
         if t not in existing
     ]
