@@ -372,7 +372,6 @@ def parse(
         settings.job.name,
         event_time_field=event_time_field,
         max_future_skew=settings.watermarks.max_future_skew if event_time_field else None,
-        batched=True,
         columns=columns,
         errors=settings.errors,
         extra_required=extra_required,

@@ -409,7 +409,6 @@ def make_parse_function(
     faults: FaultSettings,
     job: str,
     *,
-    batched: bool = False,
     columns: bool = False,
     **options,
 ):
@@ -418,9 +417,9 @@ def make_parse_function(
     fails while the job is built, not on the worker). With `carry_metadata` a record's
     text is prefixed with its Kafka key, headers and timestamp (pipelines.records.lines.with_meta).
 
-    With `batched`, each input element is a list of rows and each output element is the
-    valid records among them, one JSON text per line (bad ones still go out one by one);
-    with `columns` too, each input element is a batch as one row of columns (thread mode:
+    Each input element is a batch, a list of rows, and each output element is the valid
+    records among them, one JSON text per line (bad ones go out one by one); with
+    `columns`, each input element is a batch as one row of columns (thread mode:
     flink/rows.py column_rows).
     """
     from pyflink.common import Types
@@ -444,7 +443,7 @@ def make_parse_function(
         def process_element(self, value, ctx):
             good: list[str] = []
             text = self.parser.text
-            rows = (column_rows(value) if columns else value) if batched else (value,)
+            rows = column_rows(value) if columns else value
             for row in rows:
                 got = text(row)
                 if isinstance(got, str):
@@ -453,10 +452,8 @@ def make_parse_function(
                     yield tag, got
                 else:
                     good.append(got[0] + got[1])
-            if batched and good:
+            if good:
                 yield join_lines(good)  # one element a batch: see pipelines.stages
-            elif good:
-                yield good[0]
 
     return Parse(), tag
 
