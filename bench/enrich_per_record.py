@@ -38,8 +38,9 @@ def build(env: StreamExecutionEnvironment, settings: Settings) -> None:
     raw = stages.kafka_source(env, settings)
     batches, bad = stages.parse(raw, settings)
     records = stages.records(batches)
-    # Sized as the project's enrichment stages are (polls, Python bundles), and the service
-    # checked by preflight: the job graph records the client (pipelines.stages.enrich).
+    # Recorded in the job graph as pipelines.stages.enrich records its client: the source
+    # polls as many records as an enrichment stage keeps in flight and preflight checks the
+    # service. The Python bundle is this config's python.bundle_size, set per operator.
     records.graph.lookup_clients.append(DemoHttpClient.from_settings)
     looked_up = per_record_lookups(records.stream, settings)
     # Each output is the record, or its dead letter marked: split apart in the JVM.
@@ -106,7 +107,7 @@ def make_async_lookup(settings: Settings):
 
         def timeout(self, value: str):
             record = jsontext.loads(split_meta(value)[1])
-            return [self.enricher._dead(record, "enrichment overran its timeout")]
+            return [self.enricher.dead_letter(record, "enrichment overran its timeout")]
 
     return AsyncLookup()
 

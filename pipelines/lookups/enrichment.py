@@ -183,7 +183,8 @@ class RecordEnricher:
         self.max_record_bytes = max_record_bytes
         self.stats = EnrichStats()
 
-    def _dead(self, record: dict, reason: str) -> str:
+    def dead_letter(self, record: dict, reason: str) -> str:
+        """The record's dead letter with `reason`, marked for SplitLines, and counted."""
         self.stats.add("deadLetters")
         return DEAD_MARK + record_dead_letter(
             record, reason, self.job, "enrich", self.origin_field, self.max_record_bytes
@@ -196,7 +197,7 @@ class RecordEnricher:
             out = await self._enrich(record, first)
         except _Unexpected as wrapped:
             self.stats.add("unexpectedErrors")
-            return self._dead(record, self.budget.failed(wrapped.__cause__ or wrapped))
+            return self.dead_letter(record, self.budget.failed(wrapped.__cause__ or wrapped))
         return self._finish(record, out)
 
     async def many(self, records: list[dict]) -> list[str]:
@@ -238,7 +239,7 @@ class RecordEnricher:
 
     def _finish(self, record: dict, out: dict | str) -> str:
         if isinstance(out, str):  # a dead-letter reason
-            return self._dead(record, out)
+            return self.dead_letter(record, out)
         self.budget.ok()
         text = jsontext.dumps(out)
         if len(text) > self.max_record_bytes - DEAD_LETTER_OVERHEAD:
@@ -246,7 +247,7 @@ class RecordEnricher:
         return text
 
     def _too_large(self, record: dict, size: int) -> str:
-        return self._dead(
+        return self.dead_letter(
             record,
             f"the enriched record ({size} bytes) is over what "
             f"the sink may write ({self.max_record_bytes} bytes)",
