@@ -4,6 +4,7 @@ still failed for one seen twice), and the table saying which rows were cut."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -25,6 +26,15 @@ def test_a_complete_run_is_rated_over_its_middle_80_percent():
     assert startup == 10.0
     assert rate == pytest.approx(100.0, rel=0.01)
     assert e2e == pytest.approx(1000 / times[-1])
+
+
+def test_records_shown_a_checkpoint_at_a_time_are_rated_by_what_each_showed():
+    # 150 records/s, each visible at the next whole second (a 1 s checkpoint): the 10% mark
+    # shows at 11 s with 150 records, the 90% mark at 16 s with 900.
+    times = [float(math.ceil(t)) for t in steady(1000, 150.0)]
+    rate, _, _, error = figures(times, 1000, 1000, 0.0, cut=False, error="")
+    assert error == ""
+    assert rate == pytest.approx(150.0, rel=0.01)
 
 
 def test_visibility_is_one_time_per_offset_the_broker_shows_and_never_goes_back():
