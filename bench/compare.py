@@ -771,10 +771,9 @@ def span_rate(times: list[float]) -> float:
     6 or over 8 of them), not by what it wrote in them."""
     seen = len(times)
     t10, t90 = times[int(seen * 0.1)], times[int(seen * 0.9) - 1]
-    between = bisect.bisect_right(times, t90) - bisect.bisect_right(times, t10)
-    if t90 <= t10 or between == 0:  # one checkpoint showed both marks: no span to measure
+    if t90 == t10:  # one checkpoint showed both marks: no span to measure
         return 0.8 * seen / 1e-3
-    return between / (t90 - t10)
+    return (bisect.bisect_right(times, t90) - bisect.bisect_right(times, t10)) / (t90 - t10)
 
 
 class CpuMeter:
