@@ -1096,9 +1096,19 @@ def copy_to_page(results_name: str, block) -> None:
 def stop_on_signals() -> None:
     """Ctrl-C and SIGTERM unwind a benchmark however it was started (`make bench &`
     inherits SIGINT as ignored), so its `finally` blocks stop the runs, the service and
-    whatever else it started."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    whatever else it started. The first signal starts the unwinding and later ones are
+    ignored: a second Ctrl-C would otherwise interrupt a `finally` half way and leave
+    what it was stopping running. Every stop on that path is bounded in time."""
+
+    def unwind(signum, _frame) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if signum == signal.SIGTERM:
+            sys.exit(143)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, unwind)
+    signal.signal(signal.SIGTERM, unwind)
 
 
 def main(argv: list[str] | None = None) -> None:

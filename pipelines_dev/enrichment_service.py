@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.host.paths import local_state
-from pipelines.running.processes import PidFile, wait_started
+from pipelines.running.processes import PidFile, end_groups, group_alive, wait_started
 from pipelines.settings import parse_duration_ms
 
 log = logging.getLogger(__name__)
@@ -259,15 +258,17 @@ class Service:
             )
         raise ServiceError(f"the enrichment service did not answer at {self.url} in {wait_s:.0f}s")
 
-    def down(self) -> None:
+    def down(self, grace_s: float = 10.0) -> None:
+        """End the service's process group: SIGTERM, then SIGKILL after `grace_s` (a
+        service that is stopped or stuck answers no health check, but still runs). The
+        pid file goes only once the group has ended."""
         pid = self.pid_file.live()
         if pid is None:
             log.info("enrich   not running")
             return
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self.healthy():
-            time.sleep(0.1)
+        end_groups([pid], grace_s)  # started with start_new_session: its group is its pid
+        if group_alive(pid):
+            raise ServiceError(f"the enrichment service (pid {pid}) outlived SIGKILL")
         self.pid_file.remove()
         log.info("enrich   stopped")
 

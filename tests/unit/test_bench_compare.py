@@ -5,7 +5,11 @@ still failed for one seen twice), and the table saying which rows were cut."""
 from __future__ import annotations
 
 import math
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -268,3 +272,30 @@ def test_bytewax_at_its_best_runs_beside_the_stock_bytewax_as_two_processes():
         assert command[command.index("--processes") + 1] == "2"
         assert ("--url" in command) == (case.kind == "enrich")
     assert "bytewax-tuned" not in systems_for(Case("copy-json", "copy-json", 10), tuned=False)
+
+
+UNWIND = """
+import os, signal, sys
+from bench.compare import stop_on_signals
+stop_on_signals()
+try:
+    os.kill(os.getpid(), signal.{first})
+    signal.pause()
+finally:
+    os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while it stops what it started
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("unwound", flush=True)
+"""
+
+
+@pytest.mark.parametrize("first, code", [("SIGINT", -signal.SIGINT), ("SIGTERM", 143)])
+def test_a_benchmark_unwinds_to_the_end_of_its_finally_whatever_signals_follow(first, code):
+    done = subprocess.run(
+        [sys.executable, "-c", UNWIND.format(first=first)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.stdout == "unwound\n", done.stderr
+    assert done.returncode == code, done.stderr

@@ -4,15 +4,17 @@ started."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from pipelines.running.processes import start_time
+from pipelines.running.processes import group_alive, start_time
 from pipelines_dev.enrichment_service import Service
 from pipelines_dev.flink_cluster import Cluster, ClusterError
 from pipelines_dev.ports import free_ports
@@ -67,6 +69,21 @@ def test_admin_applies_json_booleans_and_numbers(service):
     assert status == 200 and answer["down"] is True and answer["latency_ms"] == 3
     status, answer = _admin(service, {"down": False})
     assert status == 200 and answer["down"] is False
+
+
+def test_down_ends_a_service_that_answers_nothing_and_takes_no_sigterm(tmp_path):
+    service = Service(port=free_ports(), state_dir=tmp_path)
+    service.up(latency_ms=1)
+    pid = service.pid_file.live()
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # no health answers; SIGTERM waits until it runs again
+    try:
+        service.down(grace_s=1)
+        assert not group_alive(pid), "down() left the service running"
+        assert not service.pid_file.path.exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def test_a_start_script_that_hangs_is_one_error_and_leaves_nothing(tmp_path):
