@@ -997,6 +997,51 @@ def costs_text(summaries: list[Summary]) -> str:
     return "\n".join(lines)
 
 
+def versus_best_text(summaries: list[Summary]) -> str:
+    """Below the table: the job (exactly once) against Bytewax at its best (at least once)
+    case by case, as the rate ratio and each one's CPU per million records."""
+    rows = {(s.case, s.system): s for s in summaries if s.median}
+    lines = []
+    for (case, system), ours in rows.items():
+        best = rows.get((case, "bytewax-tuned"))
+        if system != "project" or best is None:
+            continue
+        assert ours.median is not None and best.median is not None  # rows hold medians
+        cpu = f"{_cell(ours.cpu_per_m('own'), '.1f', 1)} / {_cell(best.cpu_per_m('own'), '.1f', 1)}"
+        lines.append(
+            f"  {case:13} {ours.median:>9,.0f} / {best.median:>9,.0f} = "
+            f"{ours.median / best.median:.2f}x   CPU s/M {cpu}"
+        )
+    if not lines:
+        return ""
+    return "\n".join(
+        ["against Bytewax at its best (project exactly once / bytewax-tuned at least once):"]
+        + lines
+    )
+
+
+def results_text(
+    summaries: list[Summary], limits: dict[str, dict[str, float]], service_notes: dict[str, str]
+) -> str:
+    """What bench/results/compare.txt holds: the table, the limits, what exactly once and
+    the bridge cost, and the job against Bytewax at its best."""
+    parts = [
+        table(summaries, limits),
+        limits_text(limits, service_notes),
+        costs_text(summaries),
+        versus_best_text(summaries),
+    ]
+    return "\n\n".join(part for part in parts if part)
+
+
+def rendered_from_json(path: Path) -> str:
+    """results_text of a run's JSON (bench/results/compare*.json): the text again, in this
+    code's format, without measuring anything."""
+    data = json.loads(path.read_text())
+    summaries = [Summary(**s) for s in data["summaries"]]
+    return results_text(summaries, data["limits"], data["service_max"]["notes"])
+
+
 def notes_of(s: Summary) -> list[str]:
     """A row's notes: how it writes if not exactly once, runs cut by the budget, failures."""
     notes = [AT_LEAST_ONCE[s.system]] if s.system in AT_LEAST_ONCE else []
@@ -1149,13 +1194,16 @@ def main(argv: list[str] | None = None) -> None:
         "--page",
         "--readme",
         action="store_true",
-        help="only copy bench/results/compare.txt into docs/performance.md's table",
+        help="only write bench/results/compare.txt again from compare.json (in this code's "
+        "format) and copy it into docs/performance.md's table",
     )
     args = parser.parse_args(argv)
     if args.tune:
         use_tuning(args.tune)
     if args.page:
-        PAGE.write_text(page_with_table(PAGE.read_text(), (RESULTS / "compare.txt").read_text()))
+        text = rendered_from_json(RESULTS / "compare.json")
+        (RESULTS / "compare.txt").write_text(text + "\n")
+        PAGE.write_text(page_with_table(PAGE.read_text(), text))
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     from pipelines.beam.java import ensure_java, ensure_prism
@@ -1225,10 +1273,7 @@ def main(argv: list[str] | None = None) -> None:
                 CLUSTER = None
     summaries = summarise(runs)
     limits = limits_of(summaries, selected, services)
-    text = table(summaries, limits) + "\n\n" + limits_text(limits, service_notes)
-    costs = costs_text(summaries)
-    if costs:
-        text += "\n\n" + costs
+    text = results_text(summaries, limits, service_notes)
     print(text)
     # A run of some cases or systems does not replace the full table.
     partial = bool(args.cases or args.systems or args.records or args.reps != 3)

@@ -13,7 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare import Case, Run, costs_text, figures, progress, summarise, systems_for, table
+from bench.compare import (
+    Case,
+    Run,
+    costs_text,
+    figures,
+    progress,
+    rendered_from_json,
+    results_text,
+    summarise,
+    systems_for,
+    table,
+    versus_best_text,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -130,6 +142,38 @@ def test_the_costs_of_exactly_once_and_of_the_bridge_come_from_the_same_run():
         "(each record is handed to Python, parsed and written back as JSON)",
     ]
     assert costs_text(summarise(_runs({("copy-json", "project"): 1.0}))) == ""
+
+
+def test_the_job_is_set_against_bytewax_at_its_best_with_each_ones_cpu():
+    runs = _runs({**RATES, ("copy-json", "bytewax-tuned"): 160_000.0})
+    for run in runs:
+        run.cpu = {"own": 12.0 if run.system == "project" else 4.0}
+    assert versus_best_text(summarise(runs)).splitlines() == [
+        "against Bytewax at its best (project exactly once / bytewax-tuned at least once):",
+        "  copy-json        80,000 /   160,000 = 0.50x   CPU s/M 12.0 / 4.0",
+    ]
+    assert versus_best_text(summarise(_runs(RATES))) == ""  # no bytewax-tuned in the run
+
+
+def test_the_text_is_rendered_again_from_the_runs_json(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    summaries = summarise(_runs({**RATES, ("copy-json", "bytewax-tuned"): 160_000.0}))
+    limits = {"copy-bytes": {}, "copy-json": {"JVM-only copy": 120_000.0}}
+    path = tmp_path / "compare.json"
+    path.write_text(
+        json.dumps(
+            {
+                "summaries": [asdict(s) for s in summaries],
+                "limits": limits,
+                "service_max": {"records_per_s": {}, "notes": {}},
+            }
+        )
+    )
+    text = rendered_from_json(path)
+    assert text == results_text(summaries, limits, {})
+    assert "*JVM-only copy 120,000" in text and "= 0.50x" in text
 
 
 def test_the_full_run_has_the_at_least_once_row_in_every_case():
