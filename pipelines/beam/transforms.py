@@ -139,15 +139,16 @@ class ParseRecords(beam.PTransform):
 
 
 class _EnrichBatchFn(beam.DoFn):
-    """Records buffered per bundle and looked up a batch at a time, every lookup of a batch
-    in flight at once (each with its own timeout and retries), through the project's
-    enrichment stage and the job's lookup client. A bundle's last partial batch goes at
-    its end, so nothing waits for more input."""
+    """Records buffered per bundle up to `enrichment.capacity` and looked up together, in
+    batches of `enrichment.batch_size` all in flight at once (each record with its own
+    timeout and retries), through the project's enrichment stage and the job's lookup
+    client. A bundle's last partial buffer goes at its end, so nothing waits for more input."""
 
     def __init__(self, settings: Settings, client_factory: ClientFactory):
         self.settings = settings
         self.client_factory = client_factory
         self.batch_size = settings.enrichment.effective_batch_size()
+        self.in_flight = settings.enrichment.capacity
 
     def setup(self):
         self.loop = asyncio.new_event_loop()
@@ -160,14 +161,17 @@ class _EnrichBatchFn(beam.DoFn):
 
     def process(self, record, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
         self.buffer.append((record, timestamp, window))
-        if len(self.buffer) >= self.batch_size:
+        if len(self.buffer) >= self.in_flight:
             yield from self._flush()
 
     def finish_bundle(self):
         yield from self._flush()
 
     async def _all_of(self, records):
-        return await asyncio.gather(*map(self.enricher.one, records))
+        size = self.batch_size
+        batches = [records[i : i + size] for i in range(0, len(records), size)]
+        done = await asyncio.gather(*map(self.enricher.many, batches))
+        return [text for batch in done for text in batch]
 
     def _flush(self):
         from apache_beam.utils.windowed_value import WindowedValue
