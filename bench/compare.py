@@ -1056,7 +1056,7 @@ def notes_of(s: Summary) -> list[str]:
 # Systems that write at least once (the others: exactly once, read back with read_committed).
 AT_LEAST_ONCE = {
     "project-alo": "at least once (sink.delivery)",
-    "beam": "at least once (KafkaIO write, no transactions)",
+    "beam": "at least once (idempotent writes flushed per bundle, no transactions)",
     "bytewax": "at least once (its Kafka sink has no transactions)",
     "bytewax-tuned": "at least once (2 processes, lean Kafka I/O, no transactions)",
 }

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pipelines.flink.distribution import flink_binary
 from pipelines.flink.jobmanager import DEFAULT_JOBMANAGER, JobManager
@@ -216,7 +218,25 @@ def main(
     except BrokenPipeError:  # `pipelines config show enrich | head`
         sys.stderr.close()
         return 0
+    if getattr(args, "exit_at_once", False):
+        exit_at_once(code)
     return code
+
+
+def exit_at_once(code: int) -> NoReturn:
+    """End the process now, its output flushed, without the interpreter's teardown. A Beam
+    run leaves Beam's SDK harness threads behind (daemon threads it does not stop), still
+    holding Kafka clients and gRPC channels: the teardown destroying those objects under
+    them crashed the process on its way out (SIGSEGV, or glibc aborting on a corrupt heap)
+    after the run had ended cleanly."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def configured(name: str):
@@ -347,6 +367,7 @@ def _beam(args) -> int:
         print(f"beam     {len(jars)} jars checked, Prism at {prism}")
         return 0
 
+    args.exit_at_once = True  # main ends the process once this returns (exit_at_once)
     return run(args.job, args)
 
 

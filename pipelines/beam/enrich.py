@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import cast
 
-import apache_beam as beam
-
 from pipelines import stages
 from pipelines.beam.transforms import EnrichRecords, ParseRecords, ReadRecords, WriteRecords
 from pipelines.lookups import EnrichmentClient
@@ -22,26 +20,23 @@ def lookup_client(settings: Settings) -> EnrichmentClient:
     return DemoHttpClient.from_settings(settings)
 
 
-def build(pipeline, settings: Settings, expansion_service: str) -> None:
+def build(pipeline, settings: Settings, expansion_service: str | None) -> None:
+    """The pipeline; `expansion_service` is KafkaIO's for a bounded run, None in streaming.
+    Each output is written by its own write, fused with the read that fed it (no Flatten
+    between them): a read's offsets are committed once its bundle's writes are flushed."""
     stages.require(
         settings,
         "sink.dead_letter_topic",
         "malformed records must go somewhere, never silently dropped",
     )
+    dead_letters = cast(str, settings.sink.dead_letter_topic)  # required above
     rows = pipeline | "Read" >> ReadRecords(settings, expansion_service)
     parsed = rows | "Parse" >> ParseRecords(settings)
     enriched = parsed.records | "Enrich" >> EnrichRecords(settings, lookup_client)
     enriched.enriched | "Write" >> WriteRecords(
         settings, settings.sink.topic, expansion_service, key_field=settings.sink.key_field
     )
-    (
-        (parsed.dead_letters, enriched.dead_letters)
-        | "DeadLetters" >> beam.Flatten()
-        | "WriteDeadLetters"
-        >> WriteRecords(
-            settings,
-            cast(str, settings.sink.dead_letter_topic),  # required above
-            expansion_service,
-            counter="deadLetters",
+    for label, failed in (("Parse", parsed), ("Enrich", enriched)):
+        failed.dead_letters | f"Write{label}DeadLetters" >> WriteRecords(
+            settings, dead_letters, expansion_service, counter="deadLetters"
         )
-    )

@@ -44,6 +44,7 @@ CANCEL_TIMEOUT_S = 18.0
 # killed process's sockets close before its exit is reported, and on a loaded machine the
 # runner can fail in between.
 DEAD_SERVICE_GRACE_S = 5.0
+NO_JAVA = java.JavaServices(expansion_port=0, worker_port=0)  # a streaming run: none to watch
 TERMINAL = {"DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"}
 
 
@@ -225,17 +226,20 @@ def run(name: str, args) -> int:
         settings = loaded.settings
         preflight(settings, module, args.skip_preflight)
 
+        # KafkaIO's Java side for bounded runs; streaming reads and writes in Python.
+        streaming = settings.beam.streaming
         try:
-            java.ensure_java()
+            if not streaming:
+                java.ensure_java()
             prism = java.ensure_prism() if settings.beam.runner is BeamRunner.PRISM else None
-            services = java.start_java_services(owner)
+            services = NO_JAVA if streaming else java.start_java_services(owner)
         except java.BeamSetupError as exc:
             raise Failure(str(exc)) from None
         endpoint = start_prism(owner, prism) if prism else None
         import apache_beam as beam
 
         pipeline = beam.Pipeline(options=pipeline_options(settings, endpoint))
-        module.build(pipeline, settings, services.expansion_address)
+        module.build(pipeline, settings, None if streaming else services.expansion_address)
         mode = "streaming" if settings.beam.streaming else "bounded"
         log.info(f"beam job {name} starting on {settings.beam.runner.value} ({mode})")
         progress = OutputCounter(settings)

@@ -1,7 +1,7 @@
 """The enrich job's stages as Beam composite transforms, each with a stable label:
-read (KafkaIO, cross-language), parse (dead letters as a tagged output), enrich (the
+read (Python's in streaming, KafkaIO's when bounded), parse (dead letters as a tagged output), enrich (the
 project's enrichment stage and lookup clients, a batch of lookups in flight at once),
-write (KafkaIO). The logic is the PyFlink job's own (pipelines.records.parse,
+write (as the read). The logic is the PyFlink job's own (pipelines.records.parse,
 pipelines.lookups.enrichment): the same record gives the same output and the same dead letter.
 """
 
@@ -13,6 +13,7 @@ from typing import cast
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from pipelines.beam.kafka_io import ReadPartitions, WriteTexts, start_offsets
 from pipelines.lookups import ClientFactory
 from pipelines.lookups.enrichment import EnrichStats, enricher_for
 from pipelines.records import jsontext
@@ -68,9 +69,11 @@ def consumer_config(settings: Settings) -> dict[str, str]:
 
 
 class ReadRecords(beam.PTransform):
-    """Kafka records with their topic, partition, offset, timestamp, key and value bytes."""
+    """Kafka records with their topic, partition, offset, timestamp, key and value bytes:
+    streaming, Python's read (pipelines.beam.kafka_io); bounded, KafkaIO's (the
+    expansion service's address given)."""
 
-    def __init__(self, settings: Settings, expansion_service: str):
+    def __init__(self, settings: Settings, expansion_service: str | None):
         super().__init__()
         self.settings = settings
         self.expansion_service = expansion_service
@@ -83,6 +86,9 @@ class ReadRecords(beam.PTransform):
             raise ConfigUnsupported(
                 "source.topic_pattern: the Beam pipeline reads named topics only"
             )
+        config = consumer_config(s)  # what it refuses, it refuses for both reads
+        if self.expansion_service is None:
+            return pbegin | ReadPartitions(s, start_offsets(s))
         kwargs = {}
         if s.source.start.mode is StartMode.TIMESTAMP:
             kwargs["start_read_time"] = s.source.start.timestamp
@@ -93,7 +99,7 @@ class ReadRecords(beam.PTransform):
                 kwargs["max_read_time"] = max(1, cfg.max_read_time // 1000)
             kwargs["commit_offset_in_finalize"] = cfg.commit_offsets
         return pbegin | ReadFromKafka(
-            consumer_config=consumer_config(s),
+            consumer_config=config,
             topics=list(s.source.topics),
             with_metadata=True,
             expansion_service=self.expansion_service,
@@ -238,14 +244,15 @@ class _ToKafkaRecord(beam.DoFn):
 
 
 class WriteRecords(beam.PTransform):
-    """JSON text -> a Kafka topic (KafkaIO; at least once: Beam's Python KafkaIO write has
-    no exactly-once mode on these runners)."""
+    """JSON text -> a Kafka topic, at least once: streaming, Python's write flushed with
+    each bundle (pipelines.beam.kafka_io); bounded, KafkaIO's (Beam's Python KafkaIO write
+    has no exactly-once mode on these runners)."""
 
     def __init__(
         self,
         settings: Settings,
         topic: str,
-        expansion_service: str,
+        expansion_service: str | None,
         counter: str = "records",
         key_field: str | None = None,
     ):
@@ -259,6 +266,8 @@ class WriteRecords(beam.PTransform):
     def expand(self, texts):
         from apache_beam.io.kafka import WriteToKafka
 
+        if self.expansion_service is None:
+            return texts | WriteTexts(self.settings, self.topic, self.counter, self.key_field)
         producer = {
             **java_client_properties(self.settings.kafka, shaded=False),
             "bootstrap.servers": self.settings.kafka.bootstrap_servers,

@@ -432,7 +432,7 @@ class BeamSettings(Model):
     max_records: int | None = Field(default=None, ge=1)
     max_read_time: int | None = None
     # Commit offsets when a bundle's output is final (KafkaIO commitOffsetsInFinalize).
-    # Bounded runs only: Prism refuses it in streaming (stable_input requirement).
+    # Commit the offsets a bundle read once its output is written (a rerun resumes there).
     commit_offsets: bool = True
     # How long Beam's Python client waits on the job service (Prism) before giving up.
     job_server_timeout: int = 3_600_000
