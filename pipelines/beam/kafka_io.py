@@ -244,7 +244,10 @@ def _record(message) -> KafkaRecord:
 
 
 class _PartitionReader:
-    """A consumer assigned one partition at `start`, never subscribed (no rebalances)."""
+    """A consumer assigned one partition at `start`, never subscribed (no rebalances).
+    Closing waits for a poll in progress: Beam's harness tears a DoFn down from another
+    thread while its bundle may still be polling (a pipeline cancelled), and a consumer
+    closed under a poll crashed the process."""
 
     def __init__(self, config: dict, topic: str, partition: int, start: int):
         from confluent_kafka import Consumer, TopicPartition
@@ -253,12 +256,18 @@ class _PartitionReader:
         self.consumer = Consumer(config)
         self.consumer.assign([TopicPartition(topic, partition, start)])
         self.next_offset = start
+        self.closed = False
+        self.lock = threading.Lock()
 
     def poll(self) -> list:
-        """Records polled; a retriable error is librdkafka's to retry, any other fails the
-        bundle with the partition named."""
+        """Records polled (none once closed); a retriable error is librdkafka's to retry,
+        any other fails the bundle with the partition named."""
         records = []
-        for message in self.consumer.consume(POLL_RECORDS, timeout=POLL_TIMEOUT_S):
+        with self.lock:
+            if self.closed:
+                return []
+            messages = self.consumer.consume(POLL_RECORDS, timeout=POLL_TIMEOUT_S)
+        for message in messages:
             error = message.error()
             if error is None:
                 records.append(message)
@@ -268,12 +277,17 @@ class _PartitionReader:
 
     def position(self) -> int:
         """The next offset to read: past the records polled and any markers after them."""
-        [tp] = self.consumer.position([self.tp])
-        self.next_offset = max(self.next_offset, tp.offset)
+        with self.lock:
+            if not self.closed:
+                [tp] = self.consumer.position([self.tp])
+                self.next_offset = max(self.next_offset, tp.offset)
         return self.next_offset
 
     def close(self) -> None:
-        self.consumer.close()
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.consumer.close()
 
 
 class _Committer:

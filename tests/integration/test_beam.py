@@ -217,6 +217,7 @@ def test_streaming_on_prism_is_exact_and_ctrl_c_leaves_nothing(
             break
         assert job.proc.poll() is None, job.output[-3000:]
         time.sleep(2)
+    wait_committed(kafka, names, job)
     tree = process_tree(job.proc.pid)
     assert any("prism" in cmd for _, cmd in tree.values()), tree
     # Every listener of the run (Prism's job and worker servers, Beam's LOOPBACK worker
@@ -251,8 +252,18 @@ def test_streaming_on_prism_is_exact_and_ctrl_c_leaves_nothing(
     assert committed_offsets(kafka, names("group"), names("in")) == end_offsets(kafka, names("in"))
 
 
+def wait_committed(kafka, names, job, deadline_s: float = 60) -> None:
+    """Until the group's offsets reach the input's end: a bundle's offsets are committed
+    by its finalizer, just after its records are out."""
+    deadline = time.monotonic() + deadline_s
+    while committed_offsets(kafka, names("group"), names("in")) != end_offsets(kafka, names("in")):
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.output[-3000:]
+        time.sleep(0.5)
+
+
 def run_streaming_until(kafka, names, service, good: dict, bad: list, label: str) -> None:
-    """A streaming run on Prism until `good` and `bad` are all out, then Ctrl-C."""
+    """A streaming run on Prism until `good` and `bad` are all out and committed, then
+    Ctrl-C."""
     job = Started([*CLI, "beam", "run", "enrich", *beam_args(kafka, names, service)])
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -261,6 +272,7 @@ def run_streaming_until(kafka, names, service, good: dict, bad: list, label: str
             break
         assert job.proc.poll() is None, job.output[-3000:]
         time.sleep(1)
+    wait_committed(kafka, names, job)
     job.proc.send_signal(signal.SIGINT)
     assert job.wait(timeout=STOP_LIMIT_S + 30) == 0, job.output[-3000:]
     print(f"[{label}] {[x for x in job.output.splitlines() if 'records out' in x][-1:]}")
@@ -293,14 +305,20 @@ def test_a_streaming_run_stopped_mid_backlog_resumes_near_where_it_stopped(
 ):
     from pipelines.beam.kafka_io import READ_SLICE_RECORDS
 
-    partitions, total = 3, 150_000
+    # Lookups at 20 ms: 100 in flight read 5,000 records/s, so the stop comes mid-way on
+    # any machine (at 5 ms all of them were out before a loaded machine's stop landed).
+    enrichment_service.configure(latency_ms=20)
+    partitions, total = 3, 90_000
     create_topics(kafka, {names("in"): partitions, names("out"): 3, names("dlq"): 1})
     values = demo_values(total)
     produce(kafka, names("in"), values)
     good, _ = expected(values)
     job = Started([*CLI, "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service)])
     deadline = time.monotonic() + 300
-    while sum(end_offsets(kafka, names("out")).values()) < total // 3:
+    # Stopped once a fifth is out and the group has committed something.
+    while sum(end_offsets(kafka, names("out")).values()) < total // 5 or all(
+        offset < 0 for offset in committed_offsets(kafka, names("group"), names("in")).values()
+    ):
         assert time.monotonic() < deadline and job.proc.poll() is None, job.output[-3000:]
         time.sleep(0.2)
     job.proc.send_signal(signal.SIGINT)
