@@ -261,10 +261,12 @@ def wait_committed(kafka, names, job, deadline_s: float = 60) -> None:
         time.sleep(0.5)
 
 
-def run_streaming_until(kafka, names, service, good: dict, bad: list, label: str) -> None:
+def run_streaming_until(
+    kafka, names, service, good: dict, bad: list, label: str, *sets: str
+) -> None:
     """A streaming run on Prism until `good` and `bad` are all out and committed, then
     Ctrl-C."""
-    job = Started([*CLI, "beam", "run", "enrich", *beam_args(kafka, names, service)])
+    job = Started([*CLI, "beam", "run", "enrich", *beam_args(kafka, names, service, *sets)])
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         out, dead = read_back(kafka, names)
@@ -305,15 +307,18 @@ def test_a_streaming_run_stopped_mid_backlog_resumes_near_where_it_stopped(
 ):
     from pipelines.beam.kafka_io import READ_SLICE_RECORDS
 
-    # Lookups at 20 ms: 100 in flight read 5,000 records/s, so the stop comes mid-way on
-    # any machine (at 5 ms all of them were out before a loaded machine's stop landed).
-    enrichment_service.configure(latency_ms=20)
-    partitions, total = 3, 90_000
+    # At most 100 lookups in flight at 50 ms: 2,000 records/s at best, so the run is far
+    # from done when the stop lands, however fast the machine (at the default capacity
+    # all of them were out before a loaded machine's stop took effect).
+    enrichment_service.configure(latency_ms=50)
+    slow = ("enrichment.capacity=100", "enrichment.batch_size=100")
+    partitions, total = 3, 30_000
     create_topics(kafka, {names("in"): partitions, names("out"): 3, names("dlq"): 1})
     values = demo_values(total)
     produce(kafka, names("in"), values)
     good, _ = expected(values)
-    job = Started([*CLI, "beam", "run", "enrich", *beam_args(kafka, names, enrichment_service)])
+    args = beam_args(kafka, names, enrichment_service, *slow)
+    job = Started([*CLI, "beam", "run", "enrich", *args])
     deadline = time.monotonic() + 300
     # Stopped once a fifth is out and the group has committed something.
     while sum(end_offsets(kafka, names("out")).values()) < total // 5 or all(
@@ -328,7 +333,7 @@ def test_a_streaming_run_stopped_mid_backlog_resumes_near_where_it_stopped(
     print(f"[stopped] {first} out, committed {committed}")
     assert first < len(good) and sum(committed.values()) > 0
 
-    run_streaming_until(kafka, names, enrichment_service, good, [], "resumed")
+    run_streaming_until(kafka, names, enrichment_service, good, [], "resumed", *slow)
     ids = Counter(json.loads(v)["id"] for v in read_all(kafka, names("out")))
     duplicates = sum(n - 1 for n in ids.values())
     print(f"[resumed] distinct {len(ids)} of {len(good)}, duplicates {duplicates}")
